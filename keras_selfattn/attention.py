@@ -257,9 +257,10 @@ def scaled_dot_product_attention(
     check_scale(scale)
     check_positive_int("sliding_window", sliding_window, allow_none=True)
     check_rate("dropout", dropout)
-    query = ops.convert_to_tensor(query)
-    key = ops.convert_to_tensor(key)
-    value = ops.convert_to_tensor(value)
+    query, key, value = (
+        t if isinstance(t, keras.KerasTensor) else ops.convert_to_tensor(t)
+        for t in (query, key, value)
+    )
     _validate_shapes(query, key, value)
 
     squeezed = len(query.shape) == 3
@@ -276,9 +277,13 @@ def scaled_dot_product_attention(
     scale = float(scale)
 
     if mask is not None:
-        mask = _normalize_mask(
-            ops.convert_to_tensor(mask), batch, heads, q_len, k_len, squeezed
-        )
+        if not isinstance(mask, keras.KerasTensor):
+            mask = ops.convert_to_tensor(mask)
+        mask = _normalize_mask(mask, batch, heads, q_len, k_len, squeezed)
+    if any(isinstance(t, keras.KerasTensor) for t in (query, key, value, mask)):
+        spec = _SymbolicAttention(return_scores, squeezed)
+        return spec.symbolic_call(query, key, value)
+
     positional = _positional_mask(
         ops.shape(query)[1], ops.shape(key)[1], causal, sliding_window
     )
@@ -320,3 +325,23 @@ def scaled_dot_product_attention(
     if return_scores:
         return output, scores
     return output
+
+
+class _SymbolicAttention(keras.Operation):
+    """Output shapes of the kernel for symbolic (`keras.Input`) arguments."""
+
+    def __init__(self, return_scores: bool, squeezed: bool):
+        super().__init__()
+        self.return_scores = return_scores
+        self.squeezed = squeezed
+
+    def compute_output_spec(self, query, key, value):
+        batch, q_len, heads = query.shape[:3]
+        out_shape = (batch, q_len, heads, value.shape[-1])
+        if self.squeezed:
+            out_shape = (batch, q_len, value.shape[-1])
+        output = keras.KerasTensor(out_shape, dtype=value.dtype)
+        if not self.return_scores:
+            return output
+        scores_shape = (batch, heads, q_len, key.shape[1])
+        return output, keras.KerasTensor(scores_shape, dtype=query.dtype)

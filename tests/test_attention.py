@@ -1,0 +1,382 @@
+"""The kernel: golden numbers, NumPy parity, masks, precision, errors."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_selfattn import scaled_dot_product_attention
+from tests.conftest import BACKEND
+from tests.reference import reference_attention
+
+
+def _np(x):
+    return keras.ops.convert_to_numpy(x)
+
+
+def _random(rng, *shape, dtype="float32"):
+    return rng.normal(size=shape).astype(dtype)
+
+
+# ---------------------------------------------------------------- golden numbers
+
+
+def test_golden_two_tokens_by_hand():
+    # Q = K = I (2x2), d_k = 2, so the logits are I / sqrt(2):
+    # row 0: softmax([0.70711, 0]) = [e^0.70711, 1] / (e^0.70711 + 1)
+    #      = [2.02811, 1] / 3.02811 = [0.66976, 0.33024]
+    # output row 0 = 0.66976 * [1, 2] + 0.33024 * [3, 4] = [1.66048, 2.66048]
+    # row 1 is the mirror image: weights [0.33024, 0.66976] -> [2.33952, 3.33952]
+    q = np.eye(2, dtype="float32")[None]
+    v = np.array([[[1.0, 2.0], [3.0, 4.0]]], dtype="float32")
+    out, weights = scaled_dot_product_attention(q, q, v, return_scores=True)
+    np.testing.assert_allclose(
+        _np(weights)[0, 0], [[0.66976, 0.33024], [0.33024, 0.66976]], atol=1e-5
+    )
+    np.testing.assert_allclose(
+        _np(out)[0], [[1.66048, 2.66048], [2.33952, 3.33952]], atol=1e-5
+    )
+
+
+def test_golden_causal_first_row_sees_only_itself():
+    # With causal masking, row 0 has one visible key: weight 1, output v[0].
+    # Row 1 is as above: [0.33024, 0.66976].
+    q = np.eye(2, dtype="float32")[None]
+    v = np.array([[[1.0, 2.0], [3.0, 4.0]]], dtype="float32")
+    out, weights = scaled_dot_product_attention(
+        q, q, v, causal=True, return_scores=True
+    )
+    np.testing.assert_allclose(
+        _np(weights)[0, 0], [[1.0, 0.0], [0.33024, 0.66976]], atol=1e-5
+    )
+    np.testing.assert_allclose(_np(out)[0, 0], [1.0, 2.0], atol=1e-6)
+
+
+def test_scale_is_inverse_sqrt_of_key_size_per_head(rng):
+    # 4 heads of 8: d_k = 8, not the model width 32 and not the length 6.
+    q, k, v = (_random(rng, 2, 6, 4, 8) for _ in range(3))
+    _, weights = scaled_dot_product_attention(q, k, v, return_scores=True)
+    logits = np.einsum("bqhd,bkhd->bhqk", q.astype("float64"), k)
+    for wrong_scale in (1 / np.sqrt(32), 1 / np.sqrt(6), 1 / 8.0, 1.0):
+        wrong = np.exp(logits * wrong_scale)
+        wrong /= wrong.sum(-1, keepdims=True)
+        assert not np.allclose(_np(weights), wrong, atol=1e-4)
+    right = np.exp(logits / np.sqrt(8))
+    right /= right.sum(-1, keepdims=True)
+    np.testing.assert_allclose(_np(weights), right, atol=1e-5)
+
+
+def test_scale_is_applied_before_the_softmax(rng):
+    q, k, v = (_random(rng, 1, 5, 4) for _ in range(3))
+    _, weights = scaled_dot_product_attention(q, k, v, scale=0.1, return_scores=True)
+    # Rows of the weights sum to one, which scaling after a softmax breaks.
+    np.testing.assert_allclose(_np(weights).sum(-1), 1.0, atol=1e-6)
+    _, expected = reference_attention(q, k, v, scale=0.1)
+    np.testing.assert_allclose(_np(weights), expected, atol=1e-6)
+
+
+# ------------------------------------------------------------- NumPy reference
+
+_SHAPES = {
+    "3d_one_head": ((2, 5, 8), (2, 5, 8), (2, 5, 8)),
+    "4d_heads": ((2, 5, 3, 8), (2, 5, 3, 8), (2, 5, 3, 8)),
+    "cross_longer_keys": ((2, 4, 2, 8), (2, 9, 2, 8), (2, 9, 2, 8)),
+    "cross_shorter_keys": ((2, 7, 2, 8), (2, 3, 2, 8), (2, 3, 2, 8)),
+    "value_dim_differs": ((2, 5, 2, 8), (2, 6, 2, 8), (2, 6, 2, 5)),
+}
+
+_OPTIONS = {
+    "plain": {},
+    "causal": {"causal": True},
+    "window_2": {"sliding_window": 2},
+    "causal_window_3": {"causal": True, "sliding_window": 3},
+    "scale_0.3": {"scale": 0.3},
+}
+
+
+@pytest.mark.parametrize("shapes", _SHAPES.values(), ids=_SHAPES.keys())
+@pytest.mark.parametrize("options", _OPTIONS.values(), ids=_OPTIONS.keys())
+def test_matches_numpy_reference(rng, shapes, options):
+    q, k, v = (_random(rng, *s) for s in shapes)
+    out, weights = scaled_dot_product_attention(q, k, v, return_scores=True, **options)
+    ref_out, ref_weights = reference_attention(q, k, v, **options)
+    assert tuple(out.shape) == ref_out.shape
+    np.testing.assert_allclose(_np(out), ref_out, atol=1e-5)
+    np.testing.assert_allclose(_np(weights), ref_weights, atol=1e-6)
+
+
+@pytest.mark.parametrize("options", _OPTIONS.values(), ids=_OPTIONS.keys())
+def test_fast_path_matches_plain_path(rng, options):
+    # On JAX and PyTorch `flash_attention=None` dispatches to the backend's
+    # fused kernel; on TensorFlow both calls take the plain path.
+    q, k, v = (_random(rng, 2, 6, 2, 8) for _ in range(3))
+    mask = rng.random((2, 6, 6)) > 0.3
+    mask[0, 1] = False  # a row with no key at all
+    fast = scaled_dot_product_attention(q, k, v, mask, **options)
+    plain = scaled_dot_product_attention(q, k, v, mask, flash_attention=False, **options)
+    ref, _ = reference_attention(q, k, v, mask, **options)
+    np.testing.assert_allclose(_np(fast), ref, atol=1e-5)
+    np.testing.assert_allclose(_np(plain), ref, atol=1e-5)
+    np.testing.assert_array_equal(_np(fast)[0, 1], 0.0)
+
+
+# ------------------------------------------------------------------------ masks
+
+_MASK_SHAPES = {
+    "b_q_k": (2, 5, 6),
+    "b_h_q_k": (2, 3, 5, 6),
+    "b_1_1_k": (2, 1, 1, 6),
+    "q_k": (5, 6),
+    "b_1_q_k": (2, 1, 5, 6),
+}
+
+
+@pytest.mark.parametrize("mask_shape", _MASK_SHAPES.values(), ids=_MASK_SHAPES.keys())
+def test_mask_shapes_broadcast_like_the_reference(rng, mask_shape):
+    q = _random(rng, 2, 5, 3, 4)
+    k, v = _random(rng, 2, 6, 3, 4), _random(rng, 2, 6, 3, 4)
+    mask = rng.random(mask_shape) > 0.4
+    out, weights = scaled_dot_product_attention(q, k, v, mask, return_scores=True)
+    ref_out, ref_weights = reference_attention(q, k, v, mask)
+    np.testing.assert_allclose(_np(out), ref_out, atol=1e-5)
+    np.testing.assert_allclose(_np(weights), ref_weights, atol=1e-6)
+
+
+def test_masked_keys_get_exactly_zero_weight(rng):
+    q, k, v = (_random(rng, 2, 6, 4) for _ in range(3))
+    mask = np.ones((2, 6, 6), dtype=bool)
+    mask[:, :, 4:] = False
+    _, weights = scaled_dot_product_attention(q, k, v, mask, return_scores=True)
+    assert np.all(_np(weights)[..., 4:] == 0.0)
+    np.testing.assert_allclose(_np(weights).sum(-1), 1.0, atol=1e-6)
+
+
+def test_masked_keys_do_not_influence_the_output(rng):
+    q, k, v = (_random(rng, 2, 6, 4) for _ in range(3))
+    mask = np.ones((2, 6, 6), dtype=bool)
+    mask[:, :, 4:] = False
+    k2, v2 = k.copy(), v.copy()
+    k2[:, 4:] = 1e4
+    v2[:, 4:] = -1e4
+    a = scaled_dot_product_attention(q, k, v, mask)
+    b = scaled_dot_product_attention(q, k2, v2, mask)
+    np.testing.assert_array_equal(_np(a), _np(b))
+
+
+@pytest.mark.parametrize("flash", [None, False], ids=["default_path", "plain_path"])
+def test_fully_masked_rows_are_zero_not_nan(rng, flash):
+    q, k, v = (_random(rng, 2, 4, 2, 8) for _ in range(3))
+    mask = np.ones((2, 4, 4), dtype=bool)
+    mask[0, 2] = False
+    mask[1] = False
+    out = _np(scaled_dot_product_attention(q, k, v, mask, flash_attention=flash))
+    assert np.all(np.isfinite(out))
+    np.testing.assert_array_equal(out[0, 2], 0.0)
+    np.testing.assert_array_equal(out[1], 0.0)
+    _, weights = scaled_dot_product_attention(q, k, v, mask, return_scores=True)
+    np.testing.assert_array_equal(_np(weights)[1], 0.0)
+    np.testing.assert_array_equal(_np(weights)[0, :, 2], 0.0)
+
+
+def test_window_larger_than_sequence_is_full_attention(rng):
+    q, k, v = (_random(rng, 1, 5, 4) for _ in range(3))
+    a = scaled_dot_product_attention(q, k, v, sliding_window=99)
+    b = scaled_dot_product_attention(q, k, v)
+    np.testing.assert_allclose(_np(a), _np(b), atol=1e-6)
+
+
+def test_window_of_one_attends_to_self_only(rng):
+    q, k, v = (_random(rng, 1, 5, 4) for _ in range(3))
+    out = scaled_dot_product_attention(q, k, v, sliding_window=1)
+    np.testing.assert_allclose(_np(out), v, atol=1e-6)
+
+
+def test_integer_mask_is_read_as_boolean(rng):
+    q, k, v = (_random(rng, 1, 4, 4) for _ in range(3))
+    mask = (rng.random((1, 4, 4)) > 0.3).astype("int32")
+    a = scaled_dot_product_attention(q, k, v, mask)
+    b = scaled_dot_product_attention(q, k, v, mask.astype(bool))
+    np.testing.assert_array_equal(_np(a), _np(b))
+
+
+# --------------------------------------------------------------- gradients
+
+
+def test_gradients_are_finite_with_fully_masked_rows(rng):
+    q, k, v = (_random(rng, 1, 4, 4) for _ in range(3))
+    mask = np.ones((1, 4, 4), dtype=bool)
+    mask[0, 1] = False
+
+    def loss(q, k, v):
+        out = scaled_dot_product_attention(q, k, v, mask, flash_attention=False)
+        return ops.sum(out**2)
+
+    grads = _gradients(loss, q, k, v)
+    for grad in grads:
+        assert np.all(np.isfinite(grad))
+    # Row 1 attends to nothing, so its query gets no gradient.
+    np.testing.assert_array_equal(grads[0][0, 1], 0.0)
+
+
+def _gradients(fn, *arrays):
+    """d fn / d arrays on the current backend, as NumPy arrays."""
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        tensors = [tf.Variable(a) for a in arrays]
+        with tf.GradientTape() as tape:
+            value = fn(*tensors)
+        return [g.numpy() for g in tape.gradient(value, tensors)]
+    if BACKEND == "jax":
+        import jax
+
+        grads = jax.grad(fn, argnums=tuple(range(len(arrays))))(*arrays)
+        return [np.asarray(g) for g in grads]
+    import torch
+
+    tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
+    fn(*tensors).backward()
+    return [t.grad.numpy() for t in tensors]
+
+
+def test_gradients_match_numpy_finite_differences(rng):
+    q, k, v = (_random(rng, 1, 3, 2).astype("float64") for _ in range(3))
+
+    def loss(q, k, v):
+        return ops.sum(scaled_dot_product_attention(q, k, v, causal=True) ** 2)
+
+    grads = _gradients(loss, q, k, v)
+    eps = 1e-6
+    for index, array in enumerate((q, k, v)):
+        numeric = np.zeros_like(array)
+        for pos in np.ndindex(array.shape):
+            args = [q.copy(), k.copy(), v.copy()]
+            args[index][pos] += eps
+            up = (reference_attention(*args, causal=True)[0] ** 2).sum()
+            args[index][pos] -= 2 * eps
+            down = (reference_attention(*args, causal=True)[0] ** 2).sum()
+            numeric[pos] = (up - down) / (2 * eps)
+        np.testing.assert_allclose(grads[index], numeric, atol=1e-5)
+
+
+# ---------------------------------------------------------------- precision
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_logits_that_overflow_float16(rng, dtype):
+    # The scaled logits |q·k| / 4 pass float16's 65504. Q·Kᵀ runs in
+    # float32, so the result stays finite and matches the float32 reference.
+    q = _random(rng, 2, 6, 2, 16) * 150
+    k = _random(rng, 2, 6, 2, 16) * 150
+    v = _random(rng, 2, 6, 2, 16)
+    assert np.abs(np.einsum("bqhd,bkhd->bhqk", q, k)).max() / 4 > 65504
+    cast = [ops.cast(t, dtype) for t in (q, k, v)]
+    out, weights = scaled_dot_product_attention(*cast, return_scores=True)
+    assert keras.backend.standardize_dtype(out.dtype) == dtype
+    out = _np(ops.cast(out, "float32"))
+    assert np.all(np.isfinite(out))
+    # The reference sees the same rounded inputs.
+    rounded = [_np(ops.cast(t, "float32")) for t in cast]
+    ref, _ = reference_attention(*rounded)
+    tolerance = 1e-2 if dtype == "float16" else 5e-2
+    np.testing.assert_allclose(out, ref, atol=tolerance * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_fully_masked_rows_are_zero(rng, dtype):
+    q, k, v = (ops.cast(_random(rng, 1, 4, 8), dtype) for _ in range(3))
+    mask = np.ones((1, 4, 4), dtype=bool)
+    mask[0, 0] = False
+    out = _np(ops.cast(scaled_dot_product_attention(q, k, v, mask), "float32"))
+    assert np.all(np.isfinite(out))
+    np.testing.assert_array_equal(out[0, 0], 0.0)
+
+
+# ----------------------------------------------------------------- dropout
+
+
+def test_dropout_is_off_outside_training(rng):
+    q, k, v = (_random(rng, 1, 5, 4) for _ in range(3))
+    a = scaled_dot_product_attention(q, k, v, dropout=0.5, seed=1)
+    b = scaled_dot_product_attention(q, k, v)
+    np.testing.assert_array_equal(_np(a), _np(b))
+
+
+def test_dropout_drops_weights_and_rescales_the_rest(rng):
+    # With V = I the output rows are the (dropped) weights themselves.
+    length = 64
+    q, k = _random(rng, 1, length, 4), _random(rng, 1, length, 4)
+    v = np.eye(length, dtype="float32")[None]
+    _, weights = scaled_dot_product_attention(q, k, v, return_scores=True)
+    dropped = _np(
+        scaled_dot_product_attention(q, k, v, dropout=0.25, training=True, seed=7)
+    )
+    weights = _np(weights)[0, 0]
+    kept = dropped[0] != 0
+    assert 0.70 < kept.mean() < 0.80
+    np.testing.assert_allclose(dropped[0][kept], weights[kept] / 0.75, rtol=1e-5)
+    again = _np(
+        scaled_dot_product_attention(q, k, v, dropout=0.25, training=True, seed=7)
+    )
+    np.testing.assert_array_equal(dropped, again)
+
+
+# --------------------------------------------------------------- symbolic use
+
+
+def test_symbolic_inputs_with_unknown_batch_and_length():
+    q = keras.Input((None, 2, 8))
+    v = keras.Input((None, 2, 6))
+    out, weights = scaled_dot_product_attention(q, q, v, causal=True, return_scores=True)
+    assert tuple(out.shape) == (None, None, 2, 6)
+    assert tuple(weights.shape) == (None, 2, None, None)
+
+
+# ------------------------------------------------------------------- errors
+
+_BAD_CALLS = {
+    "scale_zero": ({"scale": 0.0}, "`scale`"),
+    "scale_negative": ({"scale": -1.0}, "`scale`"),
+    "window_zero": ({"sliding_window": 0}, "`sliding_window`"),
+    "window_float": ({"sliding_window": 2.5}, "`sliding_window`"),
+    "dropout_one": ({"dropout": 1.0}, "`dropout`"),
+    "dropout_negative": ({"dropout": -0.1}, "`dropout`"),
+}
+
+
+@pytest.mark.parametrize("kwargs, name", _BAD_CALLS.values(), ids=_BAD_CALLS.keys())
+def test_bad_options_raise_value_error_naming_the_argument(rng, kwargs, name):
+    q = _random(rng, 1, 3, 4)
+    with pytest.raises(ValueError, match=name):
+        scaled_dot_product_attention(q, q, q, **kwargs)
+
+
+_BAD_SHAPES = {
+    "rank_2": (((3, 4), (3, 4), (3, 4)), "`query`"),
+    "rank_5": (((1, 3, 1, 1, 4),) * 3, "`query`"),
+    "key_rank_differs": (((1, 3, 4), (1, 3, 1, 4), (1, 3, 4)), "`key`"),
+    "key_dim_differs": (((1, 3, 4), (1, 3, 5), (1, 3, 4)), "`key`"),
+    "value_length_differs": (((1, 3, 4), (1, 3, 4), (1, 2, 4)), "`value`"),
+    "heads_differ": (((1, 3, 2, 4), (1, 3, 3, 4), (1, 3, 3, 4)), "`key`"),
+}
+
+
+@pytest.mark.parametrize("shapes, name", _BAD_SHAPES.values(), ids=_BAD_SHAPES.keys())
+def test_bad_shapes_raise_value_error_naming_the_argument(shapes, name):
+    tensors = [np.zeros(s, "float32") for s in shapes]
+    with pytest.raises(ValueError, match=name):
+        scaled_dot_product_attention(*tensors)
+
+
+@pytest.mark.parametrize(
+    "mask_shape",
+    [(2, 5, 7), (2, 4, 5, 6), (3, 5, 6), (6,), (1, 1, 2, 5, 6)],
+    ids=["k_len_wrong", "heads_wrong", "batch_wrong", "rank_1", "rank_5"],
+)
+def test_mask_of_wrong_shape_raises(mask_shape):
+    q = np.zeros((2, 5, 3, 4), "float32")
+    k = np.zeros((2, 6, 3, 4), "float32")
+    with pytest.raises(ValueError, match="`mask`"):
+        scaled_dot_product_attention(q, k, k, np.ones(mask_shape, bool))
