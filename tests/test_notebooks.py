@@ -1,0 +1,111 @@
+"""Executes every notebook in notebooks/, so that the tutorials never rot.
+
+Each notebook runs top to bottom in a fresh Jupyter kernel; a cell that raises
+(its asserts included) fails the test. The kernel is a temporary kernelspec that
+starts `sys.executable`, the interpreter running pytest, so the notebooks see
+exactly this environment and this checkout, whatever other `python3` kernels
+the machine has registered. Matplotlib is headless (Agg).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import keras
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+KERNEL_NAME = "keras-selfattn-tests"
+CELL_TIMEOUT_S = 600  # a hang guard, not a speed requirement
+
+pytestmark = [pytest.mark.notebook, pytest.mark.tensorflow_only]
+
+
+@pytest.fixture(scope="module")
+def kernel_dir(tmp_path_factory) -> Path:
+    """A Jupyter data dir holding one kernelspec that runs this interpreter."""
+    data_dir = tmp_path_factory.mktemp("jupyter")
+    spec_dir = data_dir / "kernels" / KERNEL_NAME
+    spec_dir.mkdir(parents=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": f"Python ({sys.executable})",
+        "language": "python",
+        "env": {
+            "MPLBACKEND": "Agg",
+            "KERAS_BACKEND": keras.backend.backend(),
+            "TF_CPP_MIN_LOG_LEVEL": "3",
+        },
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    return data_dir
+
+
+def execute(notebook: nbformat.NotebookNode, kernel_dir: Path, cwd: Path, monkeypatch):
+    """Runs `notebook` in place; raises CellExecutionError on a failing cell."""
+    # JUPYTER_PATH is searched before every other kernelspec directory.
+    monkeypatch.setenv("JUPYTER_PATH", str(kernel_dir))
+    client = NotebookClient(
+        notebook,
+        kernel_name=KERNEL_NAME,
+        timeout=CELL_TIMEOUT_S,
+        allow_errors=False,
+        resources={"metadata": {"path": str(cwd)}},
+    )
+    client.execute()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs(path, kernel_dir, tmp_path, monkeypatch):
+    notebook = nbformat.read(path, as_version=4)
+    execute(notebook, kernel_dir, tmp_path, monkeypatch)
+    code_cells = [c for c in notebook.cells if c.cell_type == "code"]
+    assert code_cells
+    assert all(c.execution_count is not None for c in code_cells)
+
+
+def test_kernel_is_this_interpreter(kernel_dir, tmp_path, monkeypatch):
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("import os, sys; print(sys.executable)"),
+        nbformat.v4.new_code_cell("print(os.environ['MPLBACKEND'])"),
+    ]
+    execute(notebook, kernel_dir, tmp_path, monkeypatch)
+    printed = [cell.outputs[0].text.strip() for cell in notebook.cells]
+    assert Path(printed[0]).resolve() == Path(sys.executable).resolve()
+    assert printed[1] == "Agg"
+
+
+def test_a_failing_cell_fails(kernel_dir, tmp_path, monkeypatch):
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("x = 1"),
+        nbformat.v4.new_code_cell("assert x == 2, 'wrong number'"),
+        nbformat.v4.new_code_cell("reached = True"),
+    ]
+    with pytest.raises(CellExecutionError, match="wrong number"):
+        execute(notebook, kernel_dir, tmp_path, monkeypatch)
+    assert notebook.cells[2].execution_count is None
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_is_stored_without_outputs(path):
+    notebook = nbformat.read(path, as_version=4)
+    nbformat.validate(notebook)
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [], f"cell {cell.get('id')} has outputs"
+            assert cell.execution_count is None, f"cell {cell.get('id')} was run"
+
+
+def test_notebooks_exist():
+    names = {p.name for p in NOTEBOOKS}
+    assert "01_self_attention_from_scratch.ipynb" in names
+    assert "02_multi_head_attention.ipynb" in names
