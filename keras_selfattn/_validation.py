@@ -42,11 +42,7 @@ def check_rate(argument: str, value: Any) -> None:
 def check_scale(value: Any) -> None:
     if value is None:
         return
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not value > 0
-    ):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise invalid("scale", "a positive float or `None`", value)
 
 

@@ -65,10 +65,14 @@ def main(argv: list[str] | None = None) -> int:
         passed_total += passed
         failed_total += failed
         skipped_total += c["skipped"]
-        print(f"{backend:<11} {passed:>6}  {failed:>6}  {c['skipped']:>7}  {seconds:7.1f}")
+        print(
+            f"{backend:<11} {passed:>6}  {failed:>6}  {c['skipped']:>7}  {seconds:7.1f}"
+        )
     wall = time.perf_counter() - start_all
     print(f"all backends in {wall:.1f} s")
-    print(f"total: {passed_total} passed, {failed_total} failed, {skipped_total} skipped")
+    print(
+        f"total: {passed_total} passed, {failed_total} failed, {skipped_total} skipped"
+    )
     return 1 if failed_any or failed_total else 0
 
 

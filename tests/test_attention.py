@@ -115,7 +115,9 @@ def test_fast_path_matches_plain_path(rng, options):
     mask = rng.random((2, 6, 6)) > 0.3
     mask[0, 1] = False  # a row with no key at all
     fast = scaled_dot_product_attention(q, k, v, mask, **options)
-    plain = scaled_dot_product_attention(q, k, v, mask, flash_attention=False, **options)
+    plain = scaled_dot_product_attention(
+        q, k, v, mask, flash_attention=False, **options
+    )
     ref, _ = reference_attention(q, k, v, mask, **options)
     np.testing.assert_allclose(_np(fast), ref, atol=1e-5)
     np.testing.assert_allclose(_np(plain), ref, atol=1e-5)
@@ -273,7 +275,7 @@ def test_half_precision_logits_that_overflow_float16(rng, dtype):
     v = _random(rng, 2, 6, 2, 16)
     assert np.abs(np.einsum("bqhd,bkhd->bhqk", q, k)).max() / 4 > 65504
     cast = [ops.cast(t, dtype) for t in (q, k, v)]
-    out, weights = scaled_dot_product_attention(*cast, return_scores=True)
+    out, _ = scaled_dot_product_attention(*cast, return_scores=True)
     assert keras.backend.standardize_dtype(out.dtype) == dtype
     out = _np(ops.cast(out, "float32"))
     assert np.all(np.isfinite(out))
@@ -329,7 +331,9 @@ def test_dropout_drops_weights_and_rescales_the_rest(rng):
 def test_symbolic_inputs_with_unknown_batch_and_length():
     q = keras.Input((None, 2, 8))
     v = keras.Input((None, 2, 6))
-    out, weights = scaled_dot_product_attention(q, q, v, causal=True, return_scores=True)
+    out, weights = scaled_dot_product_attention(
+        q, q, v, causal=True, return_scores=True
+    )
     assert tuple(out.shape) == (None, None, 2, 6)
     assert tuple(weights.shape) == (None, 2, None, None)
 

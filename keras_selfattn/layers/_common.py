@@ -13,7 +13,7 @@ def check_keras_mask(argument: str, mask, inputs) -> None:
     shape = tuple(mask.shape)
     if len(shape) != 2:
         raise invalid(argument, expected, f"<tensor of shape {shape}>")
-    for got, want in zip(shape, inputs.shape[:2]):
+    for got, want in zip(shape, inputs.shape[:2], strict=True):
         if got is not None and want is not None and got != want:
             raise invalid(argument, expected, f"<tensor of shape {shape}>")
 

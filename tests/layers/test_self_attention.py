@@ -1,0 +1,155 @@
+"""SelfAttention: the tutorial layer, heads, projections, options, errors."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from keras_selfattn import SelfAttention
+from tests.reference import reference_attention
+
+
+def _np(x):
+    return keras.ops.convert_to_numpy(x)
+
+
+def test_tutorial_example_shape(rng):
+    x = rng.normal(size=(50, 5, 3)).astype("float32")
+    assert tuple(SelfAttention(4)(x).shape) == (50, 5, 4)
+
+
+def test_one_head_is_the_tutorial_layer(rng):
+    # softmax(x Wq (x Wk)ᵀ / sqrt(units)) x Wv, with no output projection.
+    x = rng.normal(size=(2, 5, 3)).astype("float32")
+    layer = SelfAttention(4, use_bias=False)
+    out, scores = layer(x, return_attention_scores=True)
+    assert [w.path.split("/")[-1] for w in layer.weights] == ["qkv_kernel"]
+    w = _np(layer.qkv_kernel)
+    q, k, v = x @ w[:, :4], x @ w[:, 4:8], x @ w[:, 8:]
+    ref_out, ref_scores = reference_attention(q, k, v)
+    np.testing.assert_allclose(_np(out), ref_out, atol=1e-5)
+    np.testing.assert_allclose(_np(scores), ref_scores, atol=1e-6)
+
+
+def test_heads_split_units_and_scale_by_head_size(rng):
+    # 4 heads of 16 // 4 = 4: each head scales by 1 / sqrt(4).
+    x = rng.normal(size=(2, 5, 6)).astype("float32")
+    layer = SelfAttention(16, num_heads=4)
+    out, scores = layer(x, return_attention_scores=True)
+    assert tuple(scores.shape) == (2, 4, 5, 5)
+    qkv = x @ _np(layer.qkv_kernel) + _np(layer.qkv_bias)
+    q, k, v = (part.reshape(2, 5, 4, 4) for part in np.split(qkv, 3, axis=-1))
+    heads, ref_scores = reference_attention(q, k, v)
+    ref = heads.reshape(2, 5, 16) @ _np(layer.output_kernel) + _np(layer.output_bias)
+    np.testing.assert_allclose(_np(scores), ref_scores, atol=1e-6)
+    np.testing.assert_allclose(_np(out), ref, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "num_heads, flag, projected",
+    [(1, None, False), (4, None, True), (1, True, True), (4, False, False)],
+    ids=["1head_default", "4heads_default", "1head_forced", "4heads_disabled"],
+)
+def test_output_projection_default_and_override(rng, num_heads, flag, projected):
+    layer = SelfAttention(8, num_heads=num_heads, use_output_projection=flag)
+    layer(rng.normal(size=(1, 3, 5)).astype("float32"))
+    names = {w.path.split("/")[-1] for w in layer.weights}
+    assert ("output_kernel" in names) is projected
+    assert len(layer.weights) == (4 if projected else 2)
+
+
+def test_causal_constructor_equals_use_causal_mask(rng):
+    x = rng.normal(size=(2, 6, 4)).astype("float32")
+    causal = SelfAttention(8, num_heads=2, causal=True)
+    plain = SelfAttention(8, num_heads=2)
+    causal(x)
+    plain(x)
+    plain.set_weights(causal.get_weights())
+    a, scores = causal(x, return_attention_scores=True)
+    b = plain(x, use_causal_mask=True)
+    np.testing.assert_allclose(_np(a), _np(b), atol=1e-6)
+    assert np.all(np.triu(_np(scores)[0, 0], k=1) == 0)
+    assert not np.allclose(_np(plain(x)), _np(a))
+
+
+def test_sliding_window_band(rng):
+    x = rng.normal(size=(1, 7, 4)).astype("float32")
+    _, scores = SelfAttention(4, sliding_window=2)(x, return_attention_scores=True)
+    i, j = np.indices((7, 7))
+    scores = _np(scores)[0, 0]
+    assert np.all(scores[np.abs(i - j) >= 2] == 0)
+    assert np.all(scores[np.abs(i - j) < 2] > 0)
+
+
+def test_custom_scale(rng):
+    x = rng.normal(size=(1, 4, 3)).astype("float32")
+    layer = SelfAttention(4, use_bias=False, scale=0.05)
+    _, scores = layer(x, return_attention_scores=True)
+    w = _np(layer.qkv_kernel)
+    _, ref = reference_attention(x @ w[:, :4], x @ w[:, 4:8], x @ w[:, 8:], scale=0.05)
+    np.testing.assert_allclose(_np(scores), ref, atol=1e-6)
+
+
+def test_dropout_acts_in_training_only(rng):
+    x = rng.normal(size=(2, 8, 4)).astype("float32")
+    layer = SelfAttention(8, dropout=0.5, seed=3)
+    inference = _np(layer(x))
+    np.testing.assert_array_equal(inference, _np(layer(x, training=False)))
+    assert not np.allclose(_np(layer(x, training=True)), inference)
+
+
+def test_regularizers_add_losses(rng):
+    layer = SelfAttention(
+        4,
+        num_heads=2,
+        kernel_regularizer="l2",
+        bias_regularizer="l2",
+        activity_regularizer="l2",
+        bias_initializer="ones",
+    )
+    layer(rng.normal(size=(1, 3, 2)).astype("float32"))
+    # qkv kernel + bias, output kernel + bias, activity
+    assert len(layer.losses) == 5
+
+
+def test_every_constructor_argument_is_an_attribute_and_in_the_config():
+    import inspect
+
+    layer = SelfAttention(8, num_heads=2, causal=True, sliding_window=3, seed=5)
+    config = layer.get_config()
+    for name in inspect.signature(SelfAttention.__init__).parameters:
+        if name in ("self", "kwargs"):
+            continue
+        assert hasattr(layer, name), name
+        assert name in config, name
+    assert config["causal"] is True and config["sliding_window"] == 3
+
+
+_BAD = {
+    "units_zero": ({"units": 0}, "`units`"),
+    "units_float": ({"units": 4.0}, "`units`"),
+    "heads_zero": ({"units": 4, "num_heads": 0}, "`num_heads`"),
+    "heads_str": ({"units": 4, "num_heads": "2"}, "`num_heads`"),
+    "units_not_divisible": ({"units": 10, "num_heads": 4}, "`units`"),
+    "dropout_one": ({"units": 4, "dropout": 1.0}, "`dropout`"),
+    "window_zero": ({"units": 4, "sliding_window": 0}, "`sliding_window`"),
+    "window_bool": ({"units": 4, "sliding_window": True}, "`sliding_window`"),
+    "scale_negative": ({"units": 4, "scale": -0.5}, "`scale`"),
+}
+
+
+@pytest.mark.parametrize("kwargs, name", _BAD.values(), ids=_BAD.keys())
+def test_bad_arguments_raise_value_error(kwargs, name):
+    with pytest.raises(ValueError, match=name) as info:
+        SelfAttention(**kwargs)
+    assert "Received" in str(info.value)
+
+
+def test_error_message_reads_like_keras():
+    with pytest.raises(ValueError) as info:
+        SelfAttention(4, num_heads=0)
+    assert str(info.value) == (
+        "Received an invalid value for argument `num_heads`, expected a "
+        "positive integer. Received: num_heads=0"
+    )
