@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
     "command", [["check", "."], ["format", "--check", "."]], ids=["lint", "format"]
 )
 def test_ruff(command):
-    ruff = shutil.which("ruff")
+    beside_python = Path(sys.executable).parent / "ruff"
+    ruff = str(beside_python) if beside_python.exists() else shutil.which("ruff")
     assert ruff, "ruff is part of the test extra: pip install -e '.[test]'"
     result = subprocess.run(
         [ruff, *command], cwd=ROOT, capture_output=True, text=True, timeout=120
