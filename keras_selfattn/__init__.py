@@ -5,17 +5,29 @@ Public API:
 - `scaled_dot_product_attention`: the kernel every layer calls.
 - `SelfAttention`: self-attention on one tensor (fits `keras.Sequential`).
 - `MultiHeadAttention`: a drop-in for `keras.layers.MultiHeadAttention`.
+- `AttentionPooling`: a learned, mask-aware attention-weighted average over time.
+- `TokenAndPositionEmbedding`: token plus position embedding, padding id 0 masked.
+- `TransformerEncoder`: one encoder block on this package's attention.
 """
 
+# Registers the text standardization that saved IMDB demo models refer to
+# (light: Keras only), so they load after a plain `import keras_selfattn`.
+from keras_selfattn import imdb as _imdb  # noqa: F401
 from keras_selfattn.attention import scaled_dot_product_attention
+from keras_selfattn.layers.encoder import TransformerEncoder
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+from keras_selfattn.layers.pooling import AttentionPooling
+from keras_selfattn.layers.position import TokenAndPositionEmbedding
 from keras_selfattn.layers.self_attention import SelfAttention
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttentionPooling",
     "MultiHeadAttention",
     "SelfAttention",
+    "TokenAndPositionEmbedding",
+    "TransformerEncoder",
     "__version__",
     "scaled_dot_product_attention",
 ]

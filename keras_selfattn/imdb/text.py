@@ -1,0 +1,185 @@
+"""Text pieces that saved IMDB models refer to by name.
+
+`keras_selfattn` imports this module, so a fresh process that only ran
+`import keras_selfattn` can load a saved demo model without `custom_objects`.
+It imports nothing heavier than Keras; TensorFlow is imported when a text is
+standardized (`TextVectorization` runs on TensorFlow whatever the backend).
+"""
+
+from __future__ import annotations
+
+import re
+
+import keras
+
+from keras_selfattn._validation import check_positive_int, check_rank
+
+# HTML line breaks as they appear in the IMDB reviews: "<br />", "<br/>", "<br>".
+BREAK_TAG = r"<br\s*/?>"
+# Punctuation kept as tokens of its own ("great!" -> "great !").
+_PUNCTUATION = r"""([!?.,;:()"*/\-])"""
+# Anything else that is not a letter, a digit, an apostrophe or a kept mark.
+_OTHER = r"""[^a-z0-9'!?.,;:()"*/\- ]"""
+
+
+def clean(text: str) -> str:
+    """Replaces the `<br />` tags of a raw review by spaces (plain Python)."""
+    return re.sub(BREAK_TAG, " ", text, flags=re.IGNORECASE)
+
+
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+def standardize(texts):
+    """Standardizes a string tensor for `TextVectorization`.
+
+    Lowercases, turns `<br />` tags into spaces, keeps `! ? . , ; : ( ) " * / -`
+    as tokens of their own (so "great!!" becomes "great ! !"), drops other
+    symbols, and keeps apostrophes inside words ("don't").
+
+    Args:
+        texts: String tensor of any shape.
+
+    Returns:
+        The standardized string tensor, of the same shape.
+    """
+    import tensorflow as tf
+
+    texts = tf.strings.lower(texts)
+    texts = tf.strings.regex_replace(texts, BREAK_TAG, " ")
+    texts = tf.strings.regex_replace(texts, _OTHER, " ")
+    return tf.strings.regex_replace(texts, _PUNCTUATION, r" \1 ")
+
+
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+class ClipSequence(keras.layers.Layer):
+    """Keeps the first `max_length` steps of `(batch, seq)` token ids.
+
+    `TextVectorization` without `output_sequence_length` pads each batch to
+    its longest text. Clipping afterwards keeps the cost of a batch of short
+    reviews low while bounding the longest ones.
+
+    Args:
+        max_length: Positive integer, the most tokens kept per text.
+        **kwargs: Base layer arguments, such as `name`.
+
+    Call arguments:
+        inputs: Integer tensor `(batch, seq)`.
+
+    Returns:
+        Integer tensor `(batch, min(seq, max_length))`.
+    """
+
+    def __init__(self, max_length: int, **kwargs):
+        check_positive_int("max_length", max_length)
+        super().__init__(**kwargs)
+        self.max_length = max_length
+
+    def call(self, inputs):
+        check_rank("inputs", inputs.shape, 2, "(batch, seq) of token ids")
+        return inputs[:, : self.max_length]
+
+    def compute_output_shape(self, input_shape):
+        seq = input_shape[1]
+        if seq is not None:
+            seq = min(seq, self.max_length)
+        return (input_shape[0], seq)
+
+    def compute_output_spec(self, inputs):
+        return keras.KerasTensor(
+            self.compute_output_shape(inputs.shape), dtype=inputs.dtype
+        )
+
+    def get_config(self):
+        return {**super().get_config(), "max_length": self.max_length}
+
+
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+class BigramEmbedding(keras.layers.Layer):
+    """Adds the vector of the bigram that ends at each token to that token's.
+
+    `TextVectorization(ngrams=(2,))` gives the ids of the bigrams
+    `(w_1 w_2, w_2 w_3, ...)`, one fewer than the tokens. This layer shifts
+    them by one position, so that position `t` gets the bigram
+    `w_(t-1) w_t` (position 0 gets none), embeds them and adds them to the
+    token vectors, so that the model can read word pairs such as
+    "not good". Padded positions (from the Keras mask of `inputs`) stay
+    zero and the mask is handed on.
+
+    Args:
+        vocabulary_size: Positive integer, the number of bigram ids.
+        embedding_dim: Positive integer, the size of the vectors.
+        embeddings_initializer: Initializer of the bigram vectors.
+            Defaults to `"zeros"`: training starts from the unigram model.
+        **kwargs: Base layer arguments, such as `name`.
+
+    Call arguments:
+        inputs: Token vectors `(batch, seq, embedding_dim)`, e.g. from
+            `TokenAndPositionEmbedding`.
+        bigram_ids: Integer tensor `(batch, seq - 1)`; it is padded or cut to
+            line up with `inputs`.
+        mask: Optional boolean `(batch, seq)`; Keras passes the mask of
+            `inputs`.
+
+    Returns:
+        Tensor `(batch, seq, embedding_dim)`.
+    """
+
+    def __init__(
+        self,
+        vocabulary_size: int,
+        embedding_dim: int,
+        embeddings_initializer="zeros",
+        **kwargs,
+    ):
+        check_positive_int("vocabulary_size", vocabulary_size)
+        check_positive_int("embedding_dim", embedding_dim)
+        super().__init__(**kwargs)
+        self.vocabulary_size = vocabulary_size
+        self.embedding_dim = embedding_dim
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.supports_masking = True
+        self.embedding = keras.layers.Embedding(
+            vocabulary_size,
+            embedding_dim,
+            embeddings_initializer=self.embeddings_initializer,
+            dtype=self.dtype_policy,
+            name="bigram_embedding",
+        )
+
+    def build(self, inputs_shape, bigram_ids_shape=None):
+        check_rank("inputs", inputs_shape, 3, "(batch, seq, embedding_dim)")
+        self.embedding.build(bigram_ids_shape or inputs_shape[:2])
+
+    def call(self, inputs, bigram_ids, mask=None):
+        from keras import ops
+
+        check_rank("inputs", inputs.shape, 3, "(batch, seq, embedding_dim)")
+        length = ops.shape(inputs)[1]
+        ids = ops.pad(ops.cast(bigram_ids, "int32"), [[0, 0], [1, 0]])[:, :length]
+        ids = ops.pad(ids, [[0, 0], [0, length - ops.shape(ids)[1]]])
+        vectors = self.embedding(ids)
+        if mask is not None:
+            keep = ops.cast(mask, vectors.dtype)
+            vectors = ops.multiply(vectors, ops.expand_dims(keep, -1))
+        return ops.add(inputs, ops.cast(vectors, inputs.dtype))
+
+    def compute_mask(self, inputs, mask=None):
+        return mask
+
+    def compute_output_shape(self, inputs_shape, bigram_ids_shape=None):
+        return tuple(inputs_shape)
+
+    def compute_output_spec(self, inputs, bigram_ids, mask=None):
+        return keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "vocabulary_size": self.vocabulary_size,
+            "embedding_dim": self.embedding_dim,
+            "embeddings_initializer": keras.initializers.serialize(
+                self.embeddings_initializer
+            ),
+        }
+
+
+__all__ = ["BREAK_TAG", "BigramEmbedding", "ClipSequence", "clean", "standardize"]

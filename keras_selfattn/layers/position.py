@@ -1,0 +1,139 @@
+"""TokenAndPositionEmbedding: token ids -> token plus learned position vectors."""
+
+from __future__ import annotations
+
+import keras
+from keras import initializers, ops
+
+from keras_selfattn._validation import check_positive_int, check_rank
+from keras_selfattn.layers._common import zero_padded
+
+
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+class TokenAndPositionEmbedding(keras.layers.Layer):
+    """Sum of a token embedding and a learned position embedding.
+
+    Shapes: integer ids `(batch, seq)` in, `(batch, seq, embedding_dim)` out,
+    with `seq <= sequence_length`.
+
+    Position `t` of every sequence gets the same learned vector, added to the
+    embedding of the token found there. This is how the Transformer encoder
+    learns word order, since attention alone is blind to it.
+
+    Masking: with `mask_zero=True` (the default) id `0` is padding, as
+    `TextVectorization` produces it. The layer then outputs zeros at padded
+    positions and hands the Keras mask `ids != 0` on to the next layers, so
+    attention gives padded keys exactly zero weight. With `mask_zero=False`
+    every position is real and no mask is produced.
+
+    Args:
+        vocabulary_size: Positive integer, the number of token ids
+            (ids are in `[0, vocabulary_size)`).
+        sequence_length: Positive integer, the longest sequence the layer
+            accepts (the number of position vectors).
+        embedding_dim: Positive integer, the size of the output vectors.
+        mask_zero: Boolean, whether id `0` is padding. Defaults to `True`.
+        embeddings_initializer: Initializer for the token embeddings.
+            Defaults to `"uniform"` (as `keras.layers.Embedding`).
+        position_initializer: Initializer for the position embeddings.
+            Defaults to `"glorot_uniform"`.
+        **kwargs: Base layer arguments, such as `name` and `dtype`.
+
+    Call arguments:
+        inputs: Integer tensor of token ids, `(batch, seq)`.
+
+    Returns:
+        Tensor `(batch, seq, embedding_dim)`; its Keras mask is `ids != 0`
+        when `mask_zero=True`.
+
+    Example:
+
+    >>> ids = np.array([[5, 8, 2, 0, 0]])
+    >>> layer = TokenAndPositionEmbedding(10, sequence_length=5,
+    ...                                   embedding_dim=4)
+    >>> layer(ids).shape
+    (1, 5, 4)
+    >>> layer.compute_mask(ids)
+    [[ True  True  True False False]]
+    """
+
+    def __init__(
+        self,
+        vocabulary_size: int,
+        sequence_length: int,
+        embedding_dim: int,
+        mask_zero: bool = True,
+        embeddings_initializer="uniform",
+        position_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        check_positive_int("vocabulary_size", vocabulary_size)
+        check_positive_int("sequence_length", sequence_length)
+        check_positive_int("embedding_dim", embedding_dim)
+        super().__init__(**kwargs)
+        self.vocabulary_size = vocabulary_size
+        self.sequence_length = sequence_length
+        self.embedding_dim = embedding_dim
+        self.mask_zero = mask_zero
+        self.embeddings_initializer = initializers.get(embeddings_initializer)
+        self.position_initializer = initializers.get(position_initializer)
+        self.supports_masking = mask_zero
+        self.token_embedding = keras.layers.Embedding(
+            vocabulary_size,
+            embedding_dim,
+            embeddings_initializer=self.embeddings_initializer,
+            dtype=self.dtype_policy,
+            name="token_embedding",
+        )
+
+    def build(self, input_shape):
+        check_rank("inputs", input_shape, 2, "(batch, seq) of token ids")
+        self.token_embedding.build(input_shape)
+        self.position_embeddings = self.add_weight(
+            name="position_embeddings",
+            shape=(self.sequence_length, self.embedding_dim),
+            initializer=self.position_initializer,
+        )
+
+    def _check_length(self, length) -> None:
+        if length is not None and length > self.sequence_length:
+            raise ValueError(
+                "Received an invalid value for argument `inputs`, expected "
+                f"sequences of at most `sequence_length={self.sequence_length}` "
+                f"tokens. Received: inputs with {length} tokens"
+            )
+
+    def call(self, inputs):
+        check_rank("inputs", inputs.shape, 2, "(batch, seq) of token ids")
+        self._check_length(inputs.shape[1])
+        inputs = ops.cast(inputs, "int32")
+        tokens = self.token_embedding(inputs)
+        length = ops.shape(inputs)[1]
+        positions = ops.cast(
+            ops.slice(self.position_embeddings, (0, 0), (length, self.embedding_dim)),
+            tokens.dtype,
+        )
+        outputs = ops.add(tokens, ops.expand_dims(positions, 0))
+        return zero_padded(outputs, self.compute_mask(inputs))
+
+    def compute_mask(self, inputs, mask=None):
+        if not self.mask_zero:
+            return None
+        return ops.not_equal(inputs, 0)
+
+    def compute_output_shape(self, input_shape):
+        return (*tuple(input_shape), self.embedding_dim)
+
+    def get_config(self):
+        base_config = super().get_config()
+        config = {
+            "vocabulary_size": self.vocabulary_size,
+            "sequence_length": self.sequence_length,
+            "embedding_dim": self.embedding_dim,
+            "mask_zero": self.mask_zero,
+            "embeddings_initializer": initializers.serialize(
+                self.embeddings_initializer
+            ),
+            "position_initializer": initializers.serialize(self.position_initializer),
+        }
+        return {**base_config, **config}
