@@ -9,7 +9,6 @@ compute logits or softmax themselves.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import keras
 from keras import ops
@@ -33,8 +32,7 @@ def _validate_shapes(query, key, value) -> None:
     if rank not in (3, 4):
         raise _invalid(
             "query",
-            "a 3-D tensor (batch, seq, dim) or a 4-D tensor "
-            "(batch, seq, heads, dim)",
+            "a 3-D tensor (batch, seq, dim) or a 4-D tensor (batch, seq, heads, dim)",
             f"<tensor of shape {q_shape}>",
         )
     for name, shape in (("key", k_shape), ("value", v_shape)):
@@ -94,12 +92,12 @@ def _normalize_mask(mask, batch, heads, q_len, k_len, squeezed_heads):
     if rank not in (2, 3, 4):
         raise _invalid("mask", expected, f"<tensor of shape {shape}>")
     if rank == 2:
-        full = (None, None) + shape
+        full = (None, None, *shape)
     elif rank == 3:
-        full = (shape[0], None) + shape[1:]
+        full = (shape[0], None, *shape[1:])
     else:
         full = shape
-    for got, want in zip(full, (batch, heads, q_len, k_len)):
+    for got, want in zip(full, (batch, heads, q_len, k_len), strict=True):
         if got is not None and got != 1 and want is not None and got != want:
             raise _invalid("mask", expected, f"<tensor of shape {shape}>")
     if mask.dtype != "bool":
@@ -149,10 +147,245 @@ def _plain_attention(
     scores = ops.cast(weights, compute_dtype) if return_scores else None
     if training and dropout > 0.0:
         weights = keras.random.dropout(weights, dropout, seed=seed)
-    output = ops.einsum(
-        "bhqk,bkhd->bqhd", ops.cast(weights, value.dtype), value
-    )
+    output = ops.einsum("bhqk,bkhd->bqhd", ops.cast(weights, value.dtype), value)
     return output, scores
+
+
+# ---------------------------------------------------------------------------
+# The memory-efficient chunked path.
+#
+# Keys and values are cut into blocks of `chunk_size`; a loop over the blocks
+# keeps, for every query, a running maximum `m` of its logits, the running sum
+# `l` of exp(logit - m) and the running weighted sum of values (the online
+# softmax of Rabe & Staats, 2021, and FlashAttention). Only one
+# (batch, heads, q_len, chunk_size) block of logits exists at a time, so memory
+# grows linearly with the sequence length. The backward pass does not keep the
+# blocks either: a custom gradient recomputes each block's weights from the
+# saved log-sum-exp, FlashAttention-2 style, so training is linear too.
+
+# Key length from which the kernel chunks by itself (when `chunk_size` is
+# None and no backend fused kernel is used). Below it the full matrix is small
+# and the plain path is as fast; from it on, the full matrix costs gigabytes
+# (batch 8, 8 heads, 1024 x 1024 float32 logits is 256 MiB per copy) and the
+# chunked path is both leaner and, on CPU, faster.
+AUTO_CHUNK_THRESHOLD = 2048
+
+# Key block size of the automatic choice.
+AUTO_CHUNK_SIZE = 256
+
+
+def _scan_blocks(step, carry, xs, ys_specs):
+    """Runs `carry, ys = step(carry, x)` over the leading axis of `xs`, in order.
+
+    This is the kernel's one backend-specific seam: a sequential loop whose
+    per-iteration outputs are stacked, without keeping any other
+    per-iteration tensor alive (so the loop does not bring quadratic memory
+    back). TensorFlow gets a `tf.while_loop` with `parallel_iterations=1`
+    (one block in flight) and `TensorArray`s, which also works in graph mode
+    and under XLA (`jit_compile=True`); JAX gets `jax.lax.scan`; PyTorch,
+    which runs eagerly, a Python loop.
+
+    Args:
+        step: Function `(carry, x) -> (carry, ys)`; `carry` and `ys` are
+            tuples of tensors, `x` is the tuple of the `xs` at one index.
+        carry: Tuple of tensors, the initial carry.
+        xs: Tuple of tensors sharing a static leading (block) axis.
+        ys_specs: Tuple of `(shape, dtype)`, one per tensor in `ys`; shapes
+            without the block axis, `None` for an unknown dimension.
+
+    Returns:
+        The tuple `(carry, ys)`, each `ys` stacked on a new leading axis.
+    """
+    backend = keras.backend.backend()
+    num_blocks = int(xs[0].shape[0])
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        arrays = tuple(
+            tf.TensorArray(dtype, size=num_blocks, element_shape=shape)
+            for shape, dtype in ys_specs
+        )
+
+        def body(i, carry, arrays):
+            carry, ys = step(carry, tuple(x[i] for x in xs))
+            arrays = tuple(a.write(i, y) for a, y in zip(arrays, ys, strict=True))
+            return i + 1, carry, arrays
+
+        _, carry, arrays = tf.while_loop(
+            lambda i, *_: i < num_blocks,
+            body,
+            (tf.constant(0), tuple(carry), arrays),
+            parallel_iterations=1,
+        )
+        return carry, tuple(a.stack() for a in arrays)
+    if backend == "jax":
+        import jax
+
+        return jax.lax.scan(step, tuple(carry), tuple(xs))
+    outputs = []
+    for i in range(num_blocks):
+        carry, ys = step(carry, tuple(x[i] for x in xs))
+        outputs.append(ys)
+    ys = tuple(ops.stack(list(y), axis=0) for y in zip(*outputs, strict=True))
+    return carry, ys
+
+
+def _chunked_attention(
+    query, key, value, mask, scale, causal, sliding_window, chunk_size
+):
+    """The attention output, computed over blocks of `chunk_size` keys.
+
+    Shapes as `_plain_attention` (4-D, `(batch, seq, heads, dim)`), with
+    static `q_len` and `k_len`; `mask` is the normalized user mask (4-D,
+    broadcastable) or None. The causal and sliding-window rules and the
+    padding of the last block are applied per block, from indices, so no
+    (q_len, k_len) tensor is ever built. Everything runs in float32 and the
+    output comes back in the dtype of `value`.
+    """
+    q_len, k_len = int(query.shape[1]), int(key.shape[1])
+    heads, dim, value_dim = query.shape[2], query.shape[3], value.shape[3]
+    size = min(chunk_size, k_len)
+    num_blocks = -(-k_len // size)
+    padding = num_blocks * size - k_len
+
+    def blocks(x):
+        """(B, Tk, H, D) -> (num_blocks, B, H, size, D), float32."""
+        x = ops.cast(x, "float32")
+        if padding:
+            x = ops.pad(x, ((0, 0), (0, padding), (0, 0), (0, 0)))
+        x = ops.reshape(x, (-1, num_blocks, size, *x.shape[2:]))
+        return ops.transpose(x, (1, 0, 3, 2, 4))
+
+    q = ops.transpose(
+        ops.multiply(ops.cast(query, "float32"), ops.cast(scale, "float32")),
+        (0, 2, 1, 3),
+    )
+    k_blocks, v_blocks = blocks(key), blocks(value)
+    block_ids = ops.arange(num_blocks, dtype="int32")
+
+    # The user mask is cut into key blocks too, unless it broadcasts over keys.
+    mask_blocks = constant_mask = None
+    if mask is not None:
+        if mask.shape[-1] == 1:
+            constant_mask = mask
+        else:
+            m = mask
+            if padding:
+                m = ops.pad(
+                    m, ((0, 0), (0, 0), (0, 0), (0, padding)), constant_values=False
+                )
+            m = ops.reshape(m, (*m.shape[:3], num_blocks, size))
+            mask_blocks = ops.transpose(m, (3, 0, 1, 2, 4))
+    positional = causal or sliding_window is not None or padding > 0
+    rows = ops.expand_dims(ops.arange(q_len, dtype="int32"), 1)
+    offsets = ops.expand_dims(ops.arange(size, dtype="int32"), 0)
+
+    def allowed(block, mask_block):
+        """(…, Tq, size) boolean mask of one key block, or None."""
+        result = mask_block if mask_block is not None else constant_mask
+        if positional:
+            cols = ops.add(ops.multiply(block, size), offsets)
+            rule = None
+            if causal:
+                rule = ops.greater_equal(rows, cols)
+            if sliding_window is not None:
+                window = ops.less(ops.abs(rows - cols), sliding_window)
+                rule = window if rule is None else ops.logical_and(rule, window)
+            if padding:
+                real = ops.less(cols, k_len)
+                rule = real if rule is None else ops.logical_and(rule, real)
+            rule = ops.expand_dims(ops.expand_dims(rule, 0), 0)
+            result = rule if result is None else ops.logical_and(result, rule)
+        return result
+
+    def logits(q, k_block, block, mask_block):
+        s = ops.einsum("bhqd,bhkd->bhqk", q, k_block)
+        keep = allowed(block, mask_block)
+        if keep is not None:
+            s = ops.where(keep, s, _MASKED_LOGIT)
+        return s
+
+    def unpack(x):
+        k_block, v_block, block = x[:3]
+        return k_block, v_block, block, x[3] if len(x) > 3 else None
+
+    xs = (k_blocks, v_blocks, block_ids)
+    if mask_blocks is not None:
+        xs += (mask_blocks,)
+
+    def forward(q, k_blocks, v_blocks):
+        def step(carry, x):
+            running_max, running_sum, acc = carry
+            k_block, v_block, block, mask_block = unpack(x)
+            s = logits(q, k_block, block, mask_block)
+            new_max = ops.maximum(running_max, ops.max(s, axis=-1, keepdims=True))
+            p = ops.exp(ops.subtract(s, new_max))
+            correction = ops.exp(ops.subtract(running_max, new_max))
+            running_sum = ops.add(
+                ops.multiply(running_sum, correction),
+                ops.sum(p, axis=-1, keepdims=True),
+            )
+            acc = ops.add(ops.multiply(acc, correction), ops.matmul(p, v_block))
+            return (new_max, running_sum, acc), ()
+
+        column = ops.zeros_like(q[..., :1])
+        init = (
+            ops.add(column, _MASKED_LOGIT),
+            column,
+            ops.multiply(column, ops.zeros((value_dim,), "float32")),
+        )
+        (running_max, running_sum, acc), _ = _scan_blocks(
+            step, init, (k_blocks, v_blocks, *xs[2:]), ()
+        )
+        # A row whose maximum is still the mask constant saw no allowed key:
+        # zeros out, and a log-sum-exp so large that every recomputed weight
+        # of that row is exactly zero in the backward pass.
+        seen = ops.greater(running_max, 0.5 * _MASKED_LOGIT)
+        out = ops.where(seen, ops.divide(acc, running_sum), 0.0)
+        lse = ops.where(
+            seen, ops.add(running_max, ops.log(running_sum)), -_MASKED_LOGIT
+        )
+        return out, lse
+
+    def backward(q, k_blocks, v_blocks, out, lse, d_out):
+        delta = ops.sum(ops.multiply(d_out, out), axis=-1, keepdims=True)
+
+        def step(carry, x):
+            (d_q,) = carry
+            k_block, v_block, block, mask_block = unpack(x)
+            p = ops.exp(ops.subtract(logits(q, k_block, block, mask_block), lse))
+            d_v = ops.einsum("bhqk,bhqd->bhkd", p, d_out)
+            d_p = ops.einsum("bhqd,bhkd->bhqk", d_out, v_block)
+            d_s = ops.multiply(p, ops.subtract(d_p, delta))
+            d_q = ops.add(d_q, ops.matmul(d_s, k_block))
+            d_k = ops.einsum("bhqk,bhqd->bhkd", d_s, q)
+            return (d_q,), (d_k, d_v)
+
+        specs = (
+            ((None, heads, size, dim), "float32"),
+            ((None, heads, size, value_dim), "float32"),
+        )
+        (d_q,), (d_k, d_v) = _scan_blocks(
+            step, (ops.zeros_like(q),), (k_blocks, v_blocks, *xs[2:]), specs
+        )
+        return d_q, d_k, d_v
+
+    @ops.custom_gradient
+    def attend(q, k_blocks, v_blocks):
+        # stop_gradient: an eager TensorFlow tape would otherwise record the
+        # forward loop and keep every block of weights alive until backprop.
+        q, k_blocks, v_blocks = (ops.stop_gradient(t) for t in (q, k_blocks, v_blocks))
+        out, lse = forward(q, k_blocks, v_blocks)
+
+        def grad(*args, upstream=None):
+            if upstream is None:
+                (upstream,) = args
+            return backward(q, k_blocks, v_blocks, out, lse, upstream)
+
+        return out, grad
+
+    output = attend(q, k_blocks, v_blocks)
+    return ops.cast(ops.transpose(output, (0, 2, 1, 3)), value.dtype)
 
 
 def _query_has_key(mask):
@@ -161,12 +394,27 @@ def _query_has_key(mask):
     return ops.expand_dims(ops.transpose(any_key, (0, 2, 1)), -1)
 
 
-def _can_use_fused(dropout, training, return_scores, flash_attention) -> bool:
+def _can_use_fused(
+    query, value, dropout, training, return_scores, flash_attention
+) -> bool:
     if flash_attention is False or return_scores:
         return False
+    if value.shape[-1] != query.shape[-1]:
+        return False  # jax.nn.dot_product_attention needs value_dim == dim
     if training and dropout > 0.0:
         return False
     return keras.backend.backend() in _FUSED_BACKENDS
+
+
+def _chunk_size_for(chunk_size, q_len, k_len, return_scores, fused):
+    """The key block size of the chunked path, or None for another path."""
+    if return_scores or q_len is None or k_len is None:
+        return None
+    if chunk_size is not None:
+        return chunk_size
+    if fused or k_len < AUTO_CHUNK_THRESHOLD:
+        return None
+    return AUTO_CHUNK_SIZE
 
 
 def scaled_dot_product_attention(
@@ -183,6 +431,7 @@ def scaled_dot_product_attention(
     seed: int | keras.random.SeedGenerator | None = None,
     return_scores: bool = False,
     flash_attention: bool | None = None,
+    chunk_size: int | None = None,
 ):
     """Scaled dot-product attention, softmax(Q Kᵀ · scale) V.
 
@@ -207,6 +456,30 @@ def scaled_dot_product_attention(
     masked key gets exactly zero weight. A query row that may attend to no key
     at all outputs zeros and has all-zero weights; it is never NaN and never a
     uniform average over padding.
+
+    Paths: the plain path builds the full `(batch, heads, q_len, k_len)`
+    weight matrix, so its memory grows with the square of the sequence
+    length. The chunked path cuts the keys into blocks of `chunk_size` and
+    keeps a running maximum and sum per query (an online softmax, as in
+    FlashAttention); its backward pass recomputes each block's weights from
+    the saved log-sum-exp instead of storing them. Its memory grows linearly
+    with the sequence length, in training too, and its results equal the
+    plain path's (within float32 rounding, about 1e-6). The kernel picks:
+
+    - `return_scores=True` needs the full matrix: always the plain path.
+    - An explicit `chunk_size` takes the chunked path, also on JAX and
+      PyTorch where a fused kernel would otherwise be used.
+    - Otherwise the backend's fused kernel where allowed (see
+      `flash_attention`); else the chunked path, with blocks of
+      `AUTO_CHUNK_SIZE` (256) keys, when `k_len >= AUTO_CHUNK_THRESHOLD`
+      (2048, both module constants); else the plain path.
+
+    The chunked path needs static sequence lengths (Python ints, as in
+    eager mode or in a graph traced with known shapes; `jit_compile=True`
+    works). With an unknown length (a `None` dimension in a `tf.function`
+    signature) the kernel falls back to the plain path. It does not do
+    dropout: with `dropout > 0` and `training=True`, the automatic choice
+    keeps the plain path and an explicit `chunk_size` raises a `ValueError`.
 
     Args:
         query: Query tensor, `(batch, q_len, heads, dim)` or
@@ -236,8 +509,11 @@ def scaled_dot_product_attention(
         flash_attention: Optional boolean. `None` lets the kernel call the
             backend's fused kernel (`keras.ops.dot_product_attention` on the
             JAX and PyTorch backends) when the options allow it; `False`
-            forbids it. `True` asks for it where the backend has one.
-            Defaults to `None`.
+            forbids it. `True` asks for it where the backend has one, and
+            cannot be combined with `chunk_size`. Defaults to `None`.
+        chunk_size: Optional positive integer, the number of keys per block
+            of the chunked path; asking for it takes that path (see above).
+            Defaults to `None` (the kernel chooses).
 
     Returns:
         The attention output, `(batch, q_len, heads, value_dim)` (3-D in,
@@ -257,6 +533,13 @@ def scaled_dot_product_attention(
     check_scale(scale)
     check_positive_int("sliding_window", sliding_window, allow_none=True)
     check_rate("dropout", dropout)
+    check_positive_int("chunk_size", chunk_size, allow_none=True)
+    if chunk_size is not None and flash_attention:
+        raise ValueError(
+            "`chunk_size` and `flash_attention=True` ask for two different "
+            "paths; set only one of them. Received: "
+            f"chunk_size={chunk_size}, flash_attention={flash_attention}"
+        )
     query, key, value = (
         t if isinstance(t, keras.KerasTensor) else ops.convert_to_tensor(t)
         for t in (query, key, value)
@@ -284,41 +567,59 @@ def scaled_dot_product_attention(
         spec = _SymbolicAttention(return_scores, squeezed)
         return spec.symbolic_call(query, key, value)
 
-    positional = _positional_mask(
-        ops.shape(query)[1], ops.shape(key)[1], causal, sliding_window
+    fused = _can_use_fused(
+        query, value, dropout, training, return_scores, flash_attention
     )
-    if positional is not None:
-        mask = positional if mask is None else ops.logical_and(mask, positional)
+    chunk = _chunk_size_for(chunk_size, q_len, k_len, return_scores, fused)
+    if chunk is not None and training and dropout > 0.0:
+        if chunk_size is not None:
+            raise ValueError(
+                "The chunked path (`chunk_size`) does not support dropout on "
+                "the attention weights. Set `dropout=0.0`, call with "
+                "`training=False`, or leave `chunk_size=None`. Received: "
+                f"chunk_size={chunk_size}, dropout={dropout}"
+            )
+        chunk = None  # The automatic choice keeps dropout: plain path.
 
     scores = None
-    if _can_use_fused(dropout, training, return_scores, flash_attention):
-        # ---- Backend fast path (JAX, PyTorch): the one backend-specific seam.
-        output = ops.dot_product_attention(
-            query,
-            key,
-            ops.cast(value, query.dtype),
-            mask=mask,
-            scale=scale,
-            flash_attention=flash_attention,
+    if chunk is not None:
+        output = _chunked_attention(
+            query, key, value, mask, scale, causal, sliding_window, chunk
         )
-        if mask is not None:
-            # Fused kernels average uniformly over a fully-masked row; the
-            # package's rule is zeros.
-            output = ops.multiply(
-                output, ops.cast(_query_has_key(mask), output.dtype)
-            )
     else:
-        output, scores = _plain_attention(
-            query,
-            key,
-            value,
-            mask,
-            scale,
-            dropout,
-            training,
-            seed,
-            return_scores,
+        positional = _positional_mask(
+            ops.shape(query)[1], ops.shape(key)[1], causal, sliding_window
         )
+        if positional is not None:
+            mask = positional if mask is None else ops.logical_and(mask, positional)
+        if fused:
+            # ---- Backend fast path (JAX, PyTorch).
+            output = ops.dot_product_attention(
+                query,
+                key,
+                ops.cast(value, query.dtype),
+                mask=mask,
+                scale=scale,
+                flash_attention=flash_attention,
+            )
+            if mask is not None:
+                # Fused kernels average uniformly over a fully-masked row;
+                # the package's rule is zeros.
+                output = ops.multiply(
+                    output, ops.cast(_query_has_key(mask), output.dtype)
+                )
+        else:
+            output, scores = _plain_attention(
+                query,
+                key,
+                value,
+                mask,
+                scale,
+                dropout,
+                training,
+                seed,
+                return_scores,
+            )
 
     if squeezed:
         output = ops.squeeze(output, 2)

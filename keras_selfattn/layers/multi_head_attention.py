@@ -102,6 +102,13 @@ class MultiHeadAttention(keras.layers.Layer):
         seed: Optional integer seed for the dropout. Defaults to `None`.
         scale: Optional positive float multiplying the logits before the
             softmax. Defaults to `None`, meaning `1 / sqrt(key_dim)`.
+        chunk_size: Optional positive integer. If set, attention runs over
+            blocks of `chunk_size` keys with an online softmax, in memory
+            linear in the sequence length (training too; see
+            `keras_selfattn.scaled_dot_product_attention`); it cannot be
+            combined with `flash_attention=True`. Defaults to `None`, which
+            lets the kernel choose: the chunked path for long sequences, the
+            plain one otherwise.
         **kwargs: Base layer arguments, such as `name` and `dtype`.
 
     Call arguments:
@@ -157,6 +164,7 @@ class MultiHeadAttention(keras.layers.Layer):
         use_gate: bool = False,
         seed: int | None = None,
         scale: float | None = None,
+        chunk_size: int | None = None,
         **kwargs,
     ):
         check_positive_int("num_heads", num_heads)
@@ -165,6 +173,13 @@ class MultiHeadAttention(keras.layers.Layer):
         check_rate("dropout", dropout)
         check_positive_int("sliding_window", sliding_window, allow_none=True)
         check_scale(scale)
+        check_positive_int("chunk_size", chunk_size, allow_none=True)
+        if chunk_size is not None and flash_attention:
+            raise ValueError(
+                "`chunk_size` and `flash_attention=True` ask for two different "
+                "attention paths; set only one of them. Received: "
+                f"chunk_size={chunk_size}, flash_attention={flash_attention}"
+            )
         if isinstance(output_shape, int):
             output_shape = (output_shape,)
         if output_shape is not None:
@@ -215,6 +230,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.use_gate = use_gate
         self.seed = seed
         self.scale = scale
+        self.chunk_size = chunk_size
         self.supports_masking = True
         self.seed_generator = keras.random.SeedGenerator(seed)
 
@@ -366,6 +382,7 @@ class MultiHeadAttention(keras.layers.Layer):
             seed=self.seed_generator,
             return_scores=return_attention_scores,
             flash_attention=self.flash_attention,
+            chunk_size=self.chunk_size,
         )
         output, scores = result if return_attention_scores else (result, None)
         if gate is not None:
@@ -428,5 +445,6 @@ class MultiHeadAttention(keras.layers.Layer):
             "use_gate": self.use_gate,
             "seed": self.seed,
             "scale": self.scale,
+            "chunk_size": self.chunk_size,
         }
         return {**base_config, **config}

@@ -58,6 +58,12 @@ class SelfAttention(keras.layers.Layer):
         scale: Optional positive float multiplying the logits before the
             softmax. Defaults to `None`, meaning `1 / sqrt(units // num_heads)`.
         seed: Optional integer seed for the dropout. Defaults to `None`.
+        chunk_size: Optional positive integer. If set, attention runs over
+            blocks of `chunk_size` keys with an online softmax, in memory
+            linear in the sequence length (training too; see
+            `keras_selfattn.scaled_dot_product_attention`). Defaults to
+            `None`, which lets the kernel choose: the chunked path for long
+            sequences, the plain one otherwise.
         kernel_initializer: Initializer for the projection kernels.
             Defaults to `"glorot_uniform"`.
         bias_initializer: Initializer for the biases. Defaults to `"zeros"`.
@@ -112,6 +118,7 @@ class SelfAttention(keras.layers.Layer):
         sliding_window: int | None = None,
         scale: float | None = None,
         seed: int | None = None,
+        chunk_size: int | None = None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         kernel_regularizer=None,
@@ -133,6 +140,7 @@ class SelfAttention(keras.layers.Layer):
         check_rate("dropout", dropout)
         check_positive_int("sliding_window", sliding_window, allow_none=True)
         check_scale(scale)
+        check_positive_int("chunk_size", chunk_size, allow_none=True)
         super().__init__(activity_regularizer=activity_regularizer, **kwargs)
         self.units = units
         self.num_heads = num_heads
@@ -143,6 +151,7 @@ class SelfAttention(keras.layers.Layer):
         self.sliding_window = sliding_window
         self.scale = scale
         self.seed = seed
+        self.chunk_size = chunk_size
         self.kernel_initializer = initializers.get(kernel_initializer)
         self.bias_initializer = initializers.get(bias_initializer)
         self.kernel_regularizer = regularizers.get(kernel_regularizer)
@@ -231,6 +240,7 @@ class SelfAttention(keras.layers.Layer):
             training=bool(training),
             seed=self.seed_generator,
             return_scores=return_attention_scores,
+            chunk_size=self.chunk_size,
         )
         output, scores = result if return_attention_scores else (result, None)
         output = ops.reshape(output, ops.shape(output)[:2] + (self.units,))
@@ -279,6 +289,7 @@ class SelfAttention(keras.layers.Layer):
             "sliding_window": self.sliding_window,
             "scale": self.scale,
             "seed": self.seed,
+            "chunk_size": self.chunk_size,
             "kernel_initializer": initializers.serialize(self.kernel_initializer),
             "bias_initializer": initializers.serialize(self.bias_initializer),
             "kernel_regularizer": regularizers.serialize(self.kernel_regularizer),

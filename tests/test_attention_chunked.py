@@ -1,0 +1,405 @@
+"""The kernel's chunked path: parity with the plain path, selection, memory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+
+import keras_selfattn.attention as attention_module
+from keras_selfattn import MultiHeadAttention, SelfAttention
+from keras_selfattn import scaled_dot_product_attention as sdpa
+from tests.conftest import BACKEND
+
+ATOL = 1e-5
+
+
+def _np(x):
+    return keras.ops.convert_to_numpy(x)
+
+
+def _output_and_grads(fn, args, upstream):
+    """`fn(*args)` and the gradients of sum(fn(*args) * upstream) wrt args."""
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        args = [tf.constant(a) for a in args]
+        with tf.GradientTape() as tape:
+            tape.watch(args)
+            out = fn(*args)
+            loss = tf.reduce_sum(out * upstream)
+        return _np(out), [_np(g) for g in tape.gradient(loss, args)]
+    if BACKEND == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        def loss(*a):
+            out = fn(*a)
+            return jnp.sum(out * upstream), out
+
+        argnums = tuple(range(len(args)))
+        run = jax.jit(jax.value_and_grad(loss, argnums, has_aux=True))
+        (_, out), grads = run(*args)
+        return _np(out), [_np(g) for g in grads]
+    import torch
+
+    args = [torch.tensor(a, requires_grad=True) for a in args]
+    out = fn(*args)
+    (out * torch.tensor(upstream)).sum().backward()
+    return _np(out.detach()), [_np(a.grad) for a in args]
+
+
+def _qkv(rng, batch=2, q_len=13, k_len=13, heads=3, dim=8, value_dim=8, rank=4):
+    def make(length, size):
+        shape = (batch, length, heads, size) if rank == 4 else (batch, length, size)
+        return rng.normal(size=shape).astype("float32")
+
+    return make(q_len, dim), make(k_len, dim), make(k_len, value_dim)
+
+
+# Each case: shapes for _qkv, kernel options, a mask recipe and chunk sizes.
+# Mask recipes are drawn with the case's shapes: "keys" (batch, 1, 1, k_len),
+# "full" (batch, heads, q_len, k_len), "3d" (batch, q_len, k_len), "2d"
+# (q_len, k_len), "queries" (batch, 1, q_len, 1), each with fully-masked rows.
+CASES = {
+    "plain-13-chunk5": (dict(), dict(), None, (5,)),
+    "chunk1-and-chunk-larger-than-seq": (dict(), dict(), None, (1, 64)),
+    "cross-q7-k11-chunk4": (dict(q_len=7, k_len=11), dict(), None, (4,)),
+    "value-dim-5-chunk3": (dict(value_dim=5), dict(), None, (3,)),
+    "3d-inputs-chunk4": (dict(rank=3, heads=1), dict(), None, (4,)),
+    "causal-chunk3": (dict(), dict(causal=True), None, (3, 13)),
+    "causal-cross-q11-k7": (dict(q_len=11, k_len=7), dict(causal=True), None, (2,)),
+    "window3-chunk4": (dict(), dict(sliding_window=3), None, (4,)),
+    "window2-q13-k5-empty-rows": (
+        dict(q_len=13, k_len=5),
+        dict(sliding_window=2),
+        None,
+        (2,),
+    ),
+    "causal-window4-chunk5": (dict(), dict(causal=True, sliding_window=4), None, (5,)),
+    "mask-keys-chunk4": (dict(), dict(), "keys", (4,)),
+    "mask-full-per-head-chunk6": (dict(), dict(), "full", (6,)),
+    "mask-3d-chunk4": (dict(q_len=9, k_len=10), dict(), "3d", (4,)),
+    "mask-2d-chunk3": (dict(), dict(), "2d", (3,)),
+    "mask-queries-only-chunk4": (dict(), dict(), "queries", (4,)),
+    "mask-3d-inputs-chunk5": (dict(rank=3, heads=1), dict(), "3d", (5,)),
+    "mask-causal-window-scale": (
+        dict(),
+        dict(causal=True, sliding_window=5, scale=0.3),
+        "full",
+        (4,),
+    ),
+}
+
+
+def _mask(rng, recipe, batch, q_len, k_len, heads):
+    if recipe is None:
+        return None
+    shapes = {
+        "keys": (batch, 1, 1, k_len),
+        "full": (batch, heads, q_len, k_len),
+        "3d": (batch, q_len, k_len),
+        "2d": (q_len, k_len),
+        "queries": (batch, 1, q_len, 1),
+    }
+    mask = rng.random(shapes[recipe]) > 0.3
+    if recipe == "keys":
+        mask[0] = False  # Every row of batch 0 is fully masked.
+        mask[1, ..., 0] = True
+    elif recipe == "queries":
+        mask[:, :, :2] = False
+    else:
+        mask[..., 1, :] = False  # Query row 1 may attend to no key.
+    return mask
+
+
+@pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
+def test_chunked_equals_plain_outputs_and_gradients(rng, case):
+    shapes, options, recipe, chunk_sizes = case
+    q, k, v = _qkv(rng, **shapes)
+    upstream = rng.normal(size=q.shape[:-1] + v.shape[-1:]).astype("float32")
+    heads = shapes.get("heads", 3) if shapes.get("rank", 4) == 4 else 1
+    mask = _mask(rng, recipe, q.shape[0], q.shape[1], k.shape[1], heads)
+
+    def plain(q, k, v):
+        return sdpa(q, k, v, mask, flash_attention=False, **options)
+
+    want, want_grads = _output_and_grads(plain, (q, k, v), upstream)
+    assert np.all(np.isfinite(want))
+    for chunk_size in chunk_sizes:
+
+        def chunked(q, k, v, chunk_size=chunk_size):
+            return sdpa(q, k, v, mask, chunk_size=chunk_size, **options)
+
+        got, got_grads = _output_and_grads(chunked, (q, k, v), upstream)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
+        for name, g, w in zip("qkv", got_grads, want_grads, strict=True):
+            assert np.all(np.isfinite(g)), name
+            np.testing.assert_allclose(g, w, atol=ATOL, rtol=0, err_msg=name)
+
+
+def test_fully_masked_rows_are_exact_zeros_with_zero_gradients(rng):
+    q, k, v = _qkv(rng)
+    mask = np.ones((2, 1, 13, 13), bool)
+    mask[:, :, 4] = False
+    upstream = np.ones(q.shape[:-1] + v.shape[-1:], "float32")
+
+    def chunked(q, k, v):
+        return sdpa(q, k, v, mask, chunk_size=4)
+
+    out, (d_q, _, _) = _output_and_grads(chunked, (q, k, v), upstream)
+    assert np.all(out[:, 4] == 0.0)
+    assert np.all(d_q[:, 4] == 0.0)
+    assert np.all(np.abs(out[:, 3]) > 0.0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_low_precision_inputs_stay_finite_with_huge_logits(rng, dtype):
+    # Logits in the thousands: Q·Kᵀ in float16 would overflow (max 65504).
+    q, k, v = _qkv(rng, dim=16, value_dim=16)
+    q, k = q * 30.0, k * 30.0
+    want = _np(sdpa(q, k, v, scale=0.5, flash_attention=False))
+    got = sdpa(
+        keras.ops.cast(q, dtype),
+        keras.ops.cast(k, dtype),
+        keras.ops.cast(v, dtype),
+        scale=0.5,
+        causal=True,
+        chunk_size=4,
+    )
+    assert keras.backend.standardize_dtype(got.dtype) == dtype
+    got = _np(keras.ops.cast(got, "float32"))
+    assert np.all(np.isfinite(got))
+    want = _np(sdpa(q, k, v, scale=0.5, causal=True, flash_attention=False))
+    np.testing.assert_allclose(got, want, atol=0.1)
+
+
+# ------------------------------------------------------------------ selection
+
+
+@pytest.fixture
+def chunked_calls(monkeypatch):
+    """Counts calls of the chunked path (and records the block sizes)."""
+    calls = []
+    original = attention_module._chunked_attention
+
+    def spy(*args):
+        calls.append(args[-1])
+        return original(*args)
+
+    monkeypatch.setattr(attention_module, "_chunked_attention", spy)
+    return calls
+
+
+def test_automatic_choice_above_the_threshold(rng, monkeypatch, chunked_calls):
+    monkeypatch.setattr(attention_module, "AUTO_CHUNK_THRESHOLD", 16)
+    monkeypatch.setattr(attention_module, "AUTO_CHUNK_SIZE", 5)
+    short = _qkv(rng, q_len=15, k_len=15)
+    long = _qkv(rng, q_len=16, k_len=16)
+    sdpa(*short, flash_attention=False)
+    assert chunked_calls == []
+    out = sdpa(*long, flash_attention=False, causal=True)
+    assert chunked_calls == [5]
+    want = sdpa(*long, flash_attention=False, causal=True, chunk_size=10**6)
+    np.testing.assert_allclose(_np(out), _np(want), atol=ATOL)
+    # The full weight matrix, and dropout in training, take the plain path.
+    sdpa(*long, flash_attention=False, return_scores=True)
+    sdpa(*long, flash_attention=False, dropout=0.5, training=True, seed=1)
+    assert chunked_calls == [5, 10**6]
+
+
+def test_automatic_choice_leaves_fused_kernels_alone(rng, monkeypatch, chunked_calls):
+    monkeypatch.setattr(attention_module, "AUTO_CHUNK_THRESHOLD", 16)
+    sdpa(*_qkv(rng, q_len=16, k_len=16))
+    expected = [] if BACKEND in ("jax", "torch") else [attention_module.AUTO_CHUNK_SIZE]
+    assert chunked_calls == expected
+
+
+def test_explicit_chunk_size_wins_over_fused_and_scores_use_plain(rng, chunked_calls):
+    q, k, v = _qkv(rng)
+    sdpa(q, k, v, chunk_size=4)
+    assert chunked_calls == [4]
+    _, scores = sdpa(q, k, v, chunk_size=4, return_scores=True)
+    assert chunked_calls == [4]
+    assert tuple(scores.shape) == (2, 3, 13, 13)
+
+
+def test_threshold_constants_are_documented():
+    doc = sdpa.__doc__
+    assert "AUTO_CHUNK_THRESHOLD" in doc and "AUTO_CHUNK_SIZE" in doc
+    assert attention_module.AUTO_CHUNK_THRESHOLD >= 1
+    assert attention_module.AUTO_CHUNK_SIZE >= 1
+
+
+# ----------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "8"], ids=str)
+def test_invalid_chunk_size(rng, bad):
+    with pytest.raises(ValueError, match=r"`chunk_size`.*Received: chunk_size="):
+        sdpa(*_qkv(rng), chunk_size=bad)
+    with pytest.raises(ValueError, match="chunk_size"):
+        SelfAttention(8, chunk_size=bad)
+    with pytest.raises(ValueError, match="chunk_size"):
+        MultiHeadAttention(2, 4, chunk_size=bad)
+
+
+def test_chunk_size_with_flash_attention_true_is_an_error(rng):
+    with pytest.raises(ValueError, match="flash_attention"):
+        sdpa(*_qkv(rng), chunk_size=4, flash_attention=True)
+    with pytest.raises(ValueError, match="flash_attention"):
+        MultiHeadAttention(2, 4, chunk_size=4, flash_attention=True)
+
+
+def test_explicit_chunk_size_with_active_dropout_is_an_error(rng):
+    q, k, v = _qkv(rng)
+    with pytest.raises(ValueError, match="dropout"):
+        sdpa(q, k, v, chunk_size=4, dropout=0.1, training=True)
+    # Inference ignores dropout, so the chunked path is fine there.
+    out = sdpa(q, k, v, chunk_size=4, dropout=0.1, training=False)
+    want = sdpa(q, k, v, flash_attention=False)
+    np.testing.assert_allclose(_np(out), _np(want), atol=ATOL)
+
+
+# --------------------------------------------------------------------- layers
+
+
+def test_self_attention_chunk_size_gives_the_same_outputs(rng):
+    x = rng.normal(size=(2, 11, 6)).astype("float32")
+    mask = np.ones((2, 11), bool)
+    mask[1, 7:] = False
+    plain = SelfAttention(8, num_heads=2, causal=True)
+    chunked = SelfAttention(8, num_heads=2, causal=True, chunk_size=3)
+    plain(x)
+    chunked(x)
+    chunked.set_weights(plain.get_weights())
+    np.testing.assert_allclose(
+        _np(chunked(x, mask=mask)), _np(plain(x, mask=mask)), atol=ATOL
+    )
+    config = chunked.get_config()
+    assert config["chunk_size"] == 3
+    assert SelfAttention.from_config(config).chunk_size == 3
+    assert plain.get_config()["chunk_size"] is None
+
+
+def test_multi_head_attention_chunk_size_gives_the_same_outputs(rng):
+    query = rng.normal(size=(2, 9, 6)).astype("float32")
+    value = rng.normal(size=(2, 7, 5)).astype("float32")
+    value_mask = np.ones((2, 7), bool)
+    value_mask[0, 4:] = False
+    plain = MultiHeadAttention(2, 4, value_dim=3)
+    chunked = MultiHeadAttention(2, 4, value_dim=3, chunk_size=2)
+    plain(query, value)
+    chunked(query, value)
+    chunked.set_weights(plain.get_weights())
+    kwargs = dict(value_mask=value_mask, use_causal_mask=True)
+    np.testing.assert_allclose(
+        _np(chunked(query, value, **kwargs)),
+        _np(plain(query, value, **kwargs)),
+        atol=ATOL,
+    )
+    config = chunked.get_config()
+    assert config["chunk_size"] == 2
+    assert MultiHeadAttention.from_config(config).chunk_size == 2
+
+
+# --------------------------------------------------------- graphs (TensorFlow)
+
+
+@pytest.mark.tensorflow_only
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+def test_tf_function_static_and_unknown_lengths(rng, chunked_calls, jit_compile):
+    import tensorflow as tf
+
+    q, k, v = _qkv(rng, q_len=10, k_len=12)
+    want = _np(sdpa(q, k, v, causal=True, flash_attention=False))
+
+    def grads(q, k, v):
+        with tf.GradientTape() as tape:
+            tape.watch([q, k, v])
+            out = sdpa(q, k, v, causal=True, chunk_size=5)
+            loss = tf.reduce_sum(out)
+        return out, tape.gradient(loss, [q, k, v])
+
+    static = tf.function(grads, jit_compile=jit_compile)
+    out, static_grads = static(*map(tf.constant, (q, k, v)))
+    np.testing.assert_allclose(_np(out), want, atol=ATOL)
+    assert chunked_calls == [5]
+    # Unknown lengths (and batch): the chunked path needs static lengths, so
+    # the kernel falls back to the plain path, with the same results.
+    spec = tf.TensorSpec((None, None, 3, 8), "float32")
+    dynamic = tf.function(grads, input_signature=[spec] * 3, jit_compile=jit_compile)
+    out, dynamic_grads = dynamic(*map(tf.constant, (q, k, v)))
+    np.testing.assert_allclose(_np(out), want, atol=ATOL)
+    assert chunked_calls == [5]
+    for a, b in zip(static_grads, dynamic_grads, strict=True):
+        np.testing.assert_allclose(_np(a), _np(b), atol=ATOL)
+
+
+# --------------------------------------------------------------------- memory
+
+_MEMORY_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import keras_selfattn.attention as attention
+    from tests.test_attention_chunked import _output_and_grads
+
+    chunk_size = None if sys.argv[1] == "none" else int(sys.argv[1])
+    length = int(sys.argv[2])
+    attention.AUTO_CHUNK_THRESHOLD = 10**9  # "none" means the plain path.
+
+    def run(length):
+        rng = np.random.default_rng(0)
+        q, k, v = (
+            rng.normal(size=(1, length, 8, 16)).astype("float32") for _ in "qkv"
+        )
+        def fn(q, k, v):
+            return attention.scaled_dot_product_attention(
+                q, k, v, chunk_size=chunk_size, flash_attention=False
+            )
+        _output_and_grads(fn, (q, k, v), np.ones_like(v))
+
+    def status(field):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+
+    run(64)  # Loads and warms up everything that is not the big run.
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # Resets the peak RSS (VmHWM) to the current RSS.
+    before = status("VmRSS")
+    run(length)
+    print(json.dumps({"peak_kib": status("VmHWM") - before}))
+    """
+)
+
+
+def _peak_kib(chunk_size, length, env):
+    result = subprocess.run(
+        [sys.executable, "-c", _MEMORY_SCRIPT, str(chunk_size), str(length)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        cwd=str(__import__("pathlib").Path(__file__).resolve().parent.parent),
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])["peak_kib"]
+
+
+@pytest.mark.slow
+def test_training_memory_is_far_below_one_weight_matrix(subprocess_env):
+    # (1, 8 heads, 4096, 4096) float32 weights are 512 MiB; the plain path
+    # needs several such matrices to train. The chunked path (blocks of 256
+    # keys: 32 MiB each) must stay under half of one.
+    length = 4096
+    matrix_kib = 8 * length * length * 4 // 1024
+    chunked = _peak_kib(256, length, subprocess_env)
+    assert chunked < matrix_kib // 2, (chunked, matrix_kib)
