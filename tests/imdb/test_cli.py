@@ -1,0 +1,245 @@
+"""The `keras-selfattn` command: smoke run, fresh-process reload, resume, errors."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from keras_selfattn.imdb import cli
+
+pytestmark = pytest.mark.tensorflow_only
+
+# Small and fast: the smoke test is about the plumbing, not the accuracy.
+SMALL = [
+    "--limit", "500", "--epochs", "1", "--batch-size", "32", "--max-len", "64",
+    "--vocab-size", "2000", "--embed-dim", "16", "--num-heads", "2",
+    "--intermediate-dim", "32", "--seed", "7",
+]  # fmt: skip
+REVIEWS = [
+    "A wonderful, moving film. The acting is superb and I loved every minute!",
+    "Dull and far too long.<br /><br />The worst movie I have seen this year.",
+]
+LONG_REVIEW = " ".join(
+    ["This film was not what I expected, and the second half is brilliant."] * 15
+)  # about 200 words
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", header[16:24])
+
+
+def _write_acl(root: Path, n_train: int, n_test: int) -> Path:
+    """A tiny aclImdb folder of easy synthetic reviews."""
+    words = {"pos": ["great", "superb", "loved"], "neg": ["awful", "boring", "hated"]}
+    for split, n in (("train", n_train), ("test", n_test)):
+        for label, mood in words.items():
+            folder = root / split / label
+            folder.mkdir(parents=True)
+            for i in range(n // 2):
+                text = f"The film was {mood[i % 3]}, I {mood[(i + 1) % 3]} it."
+                (folder / f"{i}_1.txt").write_text(text)
+    return root
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """The smoke run: 500 bundled reviews, 1 epoch, through the command line.
+
+    Returns the model path and everything the command printed.
+    """
+    out = tmp_path_factory.mktemp("smoke") / "model.keras"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = cli.main(["train", *SMALL, "--out", str(out)])
+    assert code == 0
+    return out, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def trained(smoke):
+    return smoke[0]
+
+
+def test_smoke_train_save_predict_explain(trained, tmp_path, capsys):
+    assert trained.is_file()
+    assert not Path(f"{trained}.backup").exists()  # cleaned after success
+
+    assert cli.main(["predict", str(trained), *REVIEWS]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        label, probability, _ = line.split("\t")
+        assert label in {"positive", "negative"}
+        assert 0.0 <= float(probability) <= 1.0
+        assert (label == "positive") == (float(probability) > 0.5)
+
+    png = tmp_path / "explain.png"
+    assert cli.main(["explain", str(trained), LONG_REVIEW, "--out", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "most-attended tokens" in out
+    width, height = _png_size(png)
+    assert 600 <= width <= 2500 and 300 <= height <= 2500, (width, height)
+
+    png_heads = tmp_path / "heads.png"
+    args = ["explain", str(trained), REVIEWS[0], "--out", str(png_heads), "--heads"]
+    assert cli.main(args) == 0
+    assert _png_size(png_heads)[1] > 300
+
+
+def test_train_prints_device_progress_and_test_accuracy_last(smoke):
+    lines = smoke[1].strip().splitlines()
+    assert lines[0].startswith(("device: CPU", "device: GPU"))
+    assert any("val_accuracy" in line for line in lines)
+    assert lines[-1].startswith("test accuracy: 0.")
+    assert len(lines[-1]) == len("test accuracy: 0.0000")
+
+
+def test_explain_weights_match_the_model(trained):
+    from keras_selfattn.imdb import explain
+
+    model = keras.models.load_model(trained)
+    result = explain.explain(model, REVIEWS[1])
+    assert result.tokens[:4] == ["dull", "and", "far", "too"]
+    assert "<br" not in " ".join(result.tokens) and "." in result.tokens
+    assert len(result.weights) == len(result.tokens) <= 64
+    np.testing.assert_allclose(result.weights.sum(), 1.0, rtol=1e-5)
+    expected = model.predict(np.array(REVIEWS[1:], dtype=object), verbose=0)[0, 0]
+    np.testing.assert_allclose(result.probability, expected, rtol=1e-5)
+    assert result.top(3)[0][2] == result.weights.max()
+
+
+def test_reload_in_fresh_process_without_custom_objects(trained, subprocess_env):
+    model = keras.models.load_model(trained)
+    expected = model.predict(np.array(REVIEWS, dtype=object), verbose=0)[:, 0]
+    code = (
+        "import json, sys, numpy as np, keras, keras_selfattn\n"
+        "model = keras.models.load_model(sys.argv[1])\n"
+        "texts = json.loads(sys.argv[2])\n"
+        "p = model.predict(np.array(texts, dtype=object), verbose=0)[:, 0]\n"
+        "print(json.dumps([float(v) for v in p]))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(trained), json.dumps(REVIEWS)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+
+
+class _InterruptAfterFirstEpoch(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 0:
+            raise KeyboardInterrupt
+
+
+def test_interrupted_run_resumes_from_last_epoch(tmp_path, capfd):
+    folder = _write_acl(tmp_path / "acl", n_train=128, n_test=16)
+    out = tmp_path / "resume.keras"
+    args = [
+        "train", *SMALL, "--data", str(folder), "--max-len", "16",
+        "--epochs", "2", "--out", str(out),
+    ]  # fmt: skip
+    assert cli.main(args, callbacks=[_InterruptAfterFirstEpoch()]) == 130
+    captured = capfd.readouterr()
+    assert "run the same command again to resume" in captured.err
+    assert not out.exists()
+    assert (tmp_path / "resume.keras.backup" / "training_metadata.json").is_file()
+
+    assert cli.main(args) == 0
+    captured = capfd.readouterr().out
+    assert "resuming after epoch 1" in captured
+    assert "Epoch 2/2" in captured and "Epoch 1/2" not in captured
+    assert captured.strip().splitlines()[-1].startswith("test accuracy: ")
+    # The optimizer state came back too: its step count covers both epochs.
+    steps_per_epoch = -(-(128 - round(0.05 * 128)) // 32)
+    model = keras.models.load_model(out)
+    assert int(model.optimizer.iterations) == 2 * steps_per_epoch
+
+
+@pytest.mark.parametrize(
+    "make_args, message",
+    [
+        (lambda d: ["predict", str(d / "missing.keras"), "hi"], "model file not found"),
+        (lambda d: ["predict", str(d / "corrupt.keras"), "hi"], "cannot load model"),
+        (lambda d: ["evaluate", str(d / "corrupt.keras")], "cannot load model"),
+        (lambda d: ["explain", str(d / "missing.keras"), "  ", "--out", "x.png"],
+         "empty text"),
+        (lambda d: ["train", "--data", "nowhere", "--out", str(d / "m.keras")],
+         "unknown data source"),
+    ],
+)  # fmt: skip
+def test_user_errors_are_one_line_with_exit_code_2(
+    tmp_path, capsys, make_args, message
+):
+    (tmp_path / "corrupt.keras").write_bytes(b"not a zip file at all")
+    assert cli.main(make_args(tmp_path)) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_predict_empty_text_and_stdin(trained, capsys, monkeypatch):
+    assert cli.main(["predict", str(trained), ""]) == 2
+    assert "empty text" in capsys.readouterr().err
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(REVIEWS) + "\n"))
+    assert cli.main(["predict", str(trained), "-"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2
+
+
+def test_keras_loader_offline_is_one_line(tmp_path, capsys, monkeypatch):
+    def offline(*args, **kwargs):
+        raise Exception("URL fetch failure: [Errno -3] name resolution")
+
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    monkeypatch.setattr(keras.datasets.imdb, "load_data", offline)
+    args = ["train", "--data", "keras", "--out", str(tmp_path / "m.keras")]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--data bundled" in err and len(err.splitlines()) == 1
+
+
+def test_python_dash_m_error_is_one_line_without_traceback(tmp_path, subprocess_env):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "keras_selfattn",
+            "predict",
+            str(tmp_path / "no.keras"),
+            "hi",
+        ],
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    err = result.stderr.strip().splitlines()
+    assert err[-1].startswith("keras-selfattn: error: model file not found")
+    assert "Traceback" not in result.stderr
+
+
+def test_help_lists_the_commands(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("train", "evaluate", "predict", "explain"):
+        assert command in out

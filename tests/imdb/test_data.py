@@ -1,0 +1,133 @@
+"""The IMDB loaders: the pinned bundled split, an aclImdb folder, keras.datasets."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from keras_selfattn.imdb import data
+
+pytestmark = pytest.mark.tensorflow_only
+
+# SHA-256 of the 5,000 held-out reviews (label, tab, cleaned text, newline, in
+# order). If this changes, every published accuracy figure changes with it.
+TEST_SPLIT_SHA256 = "db9ad9337c264f9304ee138cb3fba482c3eb2f3f633c63a282d6a2ee17a70d15"
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return data.load_bundled()
+
+
+def test_bundled_split_is_pinned(bundled):
+    assert len(bundled.train_texts) == 20_000
+    assert len(bundled.test_texts) == 5_000
+    checksum = data.split_checksum(bundled.test_texts, bundled.test_labels)
+    assert checksum == TEST_SPLIT_SHA256
+
+
+def test_bundled_split_is_stratified_balanced_and_disjoint(bundled):
+    assert int(bundled.test_labels.sum()) == 2_500
+    assert int(bundled.train_labels.sum()) == 10_000
+    # Any prefix (--limit) is balanced too.
+    assert 0.4 < bundled.train_labels[:500].mean() < 0.6
+    assert not set(bundled.test_texts) & set(bundled.train_texts[:2000])
+    assert set(np.unique(bundled.train_labels)) == {0, 1}
+
+
+def test_bundled_reviews_are_cleaned(bundled):
+    assert not any("<br" in t.lower() for t in bundled.test_texts)
+    assert all(t.strip() for t in bundled.test_texts[:100])
+
+
+def test_limit(bundled):
+    small = bundled.limit(10)
+    assert len(small.train_texts) == 10 and len(small.train_labels) == 10
+    assert small.test_texts is bundled.test_texts
+
+
+def _write_acl(root, split, reviews):
+    for label, texts in reviews.items():
+        folder = root / split / label
+        folder.mkdir(parents=True)
+        for i, text in enumerate(texts):
+            (folder / f"{i}_7.txt").write_text(text, encoding="utf-8")
+
+
+def test_folder_loader(tmp_path):
+    _write_acl(
+        tmp_path,
+        "train",
+        {"pos": ["Great film.<br /><br />Loved it", "Superb"], "neg": ["Awful"]},
+    )
+    _write_acl(tmp_path, "test", {"pos": ["Nice"], "neg": ["Bad<br/>bad"]})
+    loaded = data.load(str(tmp_path))
+    train = zip(loaded.train_texts, loaded.train_labels.tolist(), strict=True)
+    test = zip(loaded.test_texts, loaded.test_labels.tolist(), strict=True)
+    assert sorted(train) == [
+        ("Awful", 0),
+        ("Great film.  Loved it", 1),
+        ("Superb", 1),
+    ]
+    assert sorted(test) == [
+        ("Bad bad", 0),
+        ("Nice", 1),
+    ]
+
+
+def test_folder_loader_missing_part(tmp_path):
+    _write_acl(tmp_path, "train", {"pos": ["a"], "neg": ["b"]})
+    with pytest.raises(data.DataError, match="test"):
+        data.load_folder(tmp_path)
+
+
+def test_keras_loader_decodes_with_word_index(tmp_path, monkeypatch):
+    """A fake imdb.npz and word index in a temporary KERAS_HOME."""
+    datasets = tmp_path / "datasets"
+    datasets.mkdir()
+    word_index = {"the": 1, "movie": 2, "was": 3, "great": 4, "awful": 5}
+    (datasets / "imdb_word_index.json").write_text(json.dumps(word_index))
+
+    def ragged(*seqs):
+        array = np.empty(len(seqs), dtype=object)
+        array[:] = [list(s) for s in seqs]
+        return array
+
+    np.savez(
+        datasets / "imdb.npz",
+        x_train=ragged([1, 2, 3, 4], [1, 2, 3, 5]),
+        y_train=np.array([1, 0]),
+        x_test=ragged([2, 3, 5]),
+        y_test=np.array([0]),
+    )
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    loaded = data.load("keras")
+    assert loaded.train_texts == ["the movie was great", "the movie was awful"]
+    assert loaded.train_labels.tolist() == [1, 0]
+    assert loaded.test_texts == ["movie was awful"]
+    assert loaded.test_labels.tolist() == [0]
+
+
+def test_keras_loader_offline_points_to_bundled(tmp_path, monkeypatch):
+    import keras
+
+    def offline(*args, **kwargs):
+        raise Exception(
+            "URL fetch failure on https://storage.googleapis.com/...: None -- "
+            "[Errno -3] Temporary failure in name resolution\nmore"
+        )
+
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    monkeypatch.setattr(keras.datasets.imdb, "load_data", offline)
+    with pytest.raises(data.DataError) as error:
+        data.load("keras")
+    message = str(error.value)
+    assert "\n" not in message
+    assert "--data bundled" in message and "offline" in message
+
+
+def test_unknown_source():
+    with pytest.raises(data.DataError, match="unknown data source 'nope'"):
+        data.load("nope")

@@ -1,0 +1,90 @@
+"""The demo model and its text pieces: standardization, clipping, bigrams, masks."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from keras_selfattn.imdb.model import ReviewBatches, build_model
+from keras_selfattn.imdb.text import BigramEmbedding, ClipSequence, standardize
+
+pytestmark = pytest.mark.tensorflow_only
+
+TEXTS = [
+    "A great movie!<br /><br />I loved it, really.",
+    "Not good. Not good at all; boring & too long",
+    "the acting was superb",
+    "worst film ever!!",
+] * 5
+
+
+def test_standardize_strips_breaks_and_keeps_punctuation():
+    out = standardize(np.array(['Great film!!<br />It\'s "GOOD"... #1'], dtype=object))
+    assert out.numpy()[0].decode().split() == [
+        "great", "film", "!", "!", "it's", '"', "good", '"', ".", ".", ".", "1",
+    ]  # fmt: skip
+
+
+def test_clip_sequence():
+    ids = np.arange(12).reshape(2, 6)
+    out = keras.ops.convert_to_numpy(ClipSequence(4)(ids))
+    np.testing.assert_array_equal(out, ids[:, :4])
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(ClipSequence(9)(ids)), ids)
+    with pytest.raises(ValueError, match="`max_length`"):
+        ClipSequence(0)
+
+
+def test_bigram_embedding_is_shifted_masked_and_hands_the_mask_on():
+    layer = BigramEmbedding(10, 3, embeddings_initializer="random_normal")
+    tokens = np.ones((2, 4, 3), "float32")
+    bigrams = np.array([[5, 6, 7], [8, 0, 0]])
+    mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0]], bool)
+    out = keras.ops.convert_to_numpy(layer(tokens, bigrams, mask=mask))
+    table = keras.ops.convert_to_numpy(layer.embedding.embeddings)
+    np.testing.assert_allclose(out[0, 0], 1 + table[0])  # no bigram ends at 0
+    np.testing.assert_allclose(out[0, 1:], 1 + table[[5, 6, 7]], rtol=1e-6)
+    np.testing.assert_allclose(out[1, 1], 1 + table[8], rtol=1e-6)
+    np.testing.assert_allclose(out[1, 2:], 1.0)  # padded: nothing added
+    assert layer.compute_mask(tokens, mask) is mask
+    clone = BigramEmbedding.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+
+
+@pytest.mark.parametrize("bigrams", [0, 50])
+def test_prediction_does_not_depend_on_batch_padding(bigrams):
+    model = build_model(
+        TEXTS,
+        vocab_size=50,
+        bigram_vocab_size=bigrams,
+        max_len=16,
+        embed_dim=8,
+        num_heads=2,
+        intermediate_dim=8,
+    )
+    short = np.array(["great movie"], dtype=object)
+    with_long = np.array(["great movie", "boring " * 40], dtype=object)
+    alone = model.predict(short, verbose=0)[0, 0]
+    padded = model.predict(with_long, verbose=0)[0, 0]
+    np.testing.assert_allclose(alone, padded, rtol=1e-5)
+
+
+def test_vocabulary_comes_from_training_texts_only():
+    model = build_model(TEXTS, vocab_size=100, max_len=8, embed_dim=8, num_heads=2)
+    vocabulary = model.get_layer("text_vectorization").get_vocabulary()
+    assert "loved" in vocabulary and "!" in vocabulary
+    assert "<br" not in " ".join(vocabulary)
+    assert "zebra" not in vocabulary
+
+
+def test_review_batches_group_by_length_and_cover_everything():
+    texts = [" ".join(["w"] * n) for n in range(1, 101)]
+    labels = np.arange(100) % 2
+    batches = ReviewBatches(texts, labels, 10, seed=0)
+    assert len(batches) == 10
+    seen = np.concatenate(batches.batch_indices())
+    assert sorted(seen.tolist()) == list(range(100))
+    ordered = ReviewBatches(texts, labels, 10, shuffle=False)
+    x, y = ordered[0]
+    assert [len(t.split()) for t in x.numpy().astype(str)] == list(range(1, 11))
+    np.testing.assert_array_equal(y, labels[:10])
