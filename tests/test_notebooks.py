@@ -109,3 +109,4 @@ def test_notebooks_exist():
     names = {p.name for p in NOTEBOOKS}
     assert "01_self_attention_from_scratch.ipynb" in names
     assert "02_multi_head_attention.ipynb" in names
+    assert "03_imdb_sentiment.ipynb" in names
