@@ -75,4 +75,12 @@ CASES = [
         output_dim=lambda d: 6,
         sequential=False,
     ),
+    LayerCase(
+        name="TransformerEncoder",
+        make=lambda d: keras_selfattn.TransformerEncoder(
+            intermediate_dim=16, num_heads=2
+        ),
+        apply=_self_call,
+        output_dim=lambda d: d,
+    ),
 ]
