@@ -164,14 +164,72 @@ def _plain_attention(
 # saved log-sum-exp, FlashAttention-2 style, so training is linear too.
 
 # Key length from which the kernel chunks by itself (when `chunk_size` is
-# None and no backend fused kernel is used). Below it the full matrix is small
-# and the plain path is as fast; from it on, the full matrix costs gigabytes
-# (batch 8, 8 heads, 1024 x 1024 float32 logits is 256 MiB per copy) and the
-# chunked path is both leaner and, on CPU, faster.
+# None and no backend fused kernel is used). Below it the plain path is a
+# little faster (the chunked backward recomputes Q·Kᵀ: one more matmul of
+# seven) and its full matrix still small; from it on, the full matrix costs
+# gigabytes in training (batch 8, 8 heads, 2048 x 2048 float32 is 1 GiB per
+# copy, and training keeps several), while the chunked path is about as fast
+# on CPU (measured: benchmarks/README.md).
 AUTO_CHUNK_THRESHOLD = 2048
 
-# Key block size of the automatic choice.
+# Key block size of the automatic choice: blocks of (batch, heads, q_len, 256)
+# float32. Larger blocks were no faster on CPU and cost more memory; much
+# smaller ones pay the loop's per-block overhead.
 AUTO_CHUNK_SIZE = 256
+
+
+def _online_softmax_block(s, keep, running_max, running_sum):
+    """One key block of the online softmax: (p, max, correction, sum)."""
+    if keep is not None:
+        s = ops.where(keep, s, _MASKED_LOGIT)
+    new_max = ops.maximum(running_max, ops.max(s, axis=-1, keepdims=True))
+    p = ops.exp(ops.subtract(s, new_max))
+    correction = ops.exp(ops.subtract(running_max, new_max))
+    running_sum = ops.add(
+        ops.multiply(running_sum, correction), ops.sum(p, axis=-1, keepdims=True)
+    )
+    return p, new_max, correction, running_sum
+
+
+def _block_weights(s, keep, lse):
+    """The softmax weights of one key block, recomputed from the log-sum-exp."""
+    if keep is not None:
+        s = ops.where(keep, s, _MASKED_LOGIT)
+    return ops.exp(ops.subtract(s, lse))
+
+
+def _block_logit_grads(p, d_p, delta):
+    """dL/dlogits of one key block: p * (dL/dp - rowsum(dO * O))."""
+    return ops.multiply(p, ops.subtract(d_p, delta))
+
+
+# ---- Backend-specific seam. `_fused`, `_UNROLLED_BLOCKS` and `_scan_blocks`
+# are the chunked path's only backend-dependent code: the XLA fusion of the
+# per-block elementwise math on TensorFlow, and a sequential block loop.
+
+_FUSED_CACHE = {}
+
+
+def _fused(fn):
+    """Returns `fn`, compiled where that fuses its elementwise ops.
+
+    On TensorFlow each op of a block's softmax math (where, max, subtract,
+    exp, sum) would be its own pass over the (batch, heads, q_len, chunk)
+    block; compiled with XLA (`jit_compile=True`) the chain runs as one or
+    two loops, which makes the chunked path about 10% faster on CPU. JAX
+    fuses by itself under `jit`; PyTorch runs `fn` as it is.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return fn
+    if fn not in _FUSED_CACHE:
+        import tensorflow as tf
+
+        _FUSED_CACHE[fn] = tf.function(fn, jit_compile=True, reduce_retracing=True)
+    return _FUSED_CACHE[fn]
+
+
+# Up to this many key blocks, JAX runs a Python loop rather than lax.scan.
+_UNROLLED_BLOCKS = 16
 
 
 def _scan_blocks(step, carry, xs, ys_specs):
@@ -182,8 +240,10 @@ def _scan_blocks(step, carry, xs, ys_specs):
     per-iteration tensor alive (so the loop does not bring quadratic memory
     back). TensorFlow gets a `tf.while_loop` with `parallel_iterations=1`
     (one block in flight) and `TensorArray`s, which also works in graph mode
-    and under XLA (`jit_compile=True`); JAX gets `jax.lax.scan`; PyTorch,
-    which runs eagerly, a Python loop.
+    and under XLA (`jit_compile=True`); JAX gets `jax.lax.scan` (or, for a
+    few blocks, a Python loop, which runs eagerly without compiling a scan
+    and traces to straight-line code under `jit`); PyTorch, which runs
+    eagerly, a Python loop.
 
     Args:
         step: Function `(carry, x) -> (carry, ys)`; `carry` and `ys` are
@@ -218,7 +278,7 @@ def _scan_blocks(step, carry, xs, ys_specs):
             parallel_iterations=1,
         )
         return carry, tuple(a.stack() for a in arrays)
-    if backend == "jax":
+    if backend == "jax" and num_blocks > _UNROLLED_BLOCKS:
         import jax
 
         return jax.lax.scan(step, tuple(carry), tuple(xs))
@@ -298,13 +358,6 @@ def _chunked_attention(
             result = rule if result is None else ops.logical_and(result, rule)
         return result
 
-    def logits(q, k_block, block, mask_block):
-        s = ops.einsum("bhqd,bhkd->bhqk", q, k_block)
-        keep = allowed(block, mask_block)
-        if keep is not None:
-            s = ops.where(keep, s, _MASKED_LOGIT)
-        return s
-
     def unpack(x):
         k_block, v_block, block = x[:3]
         return k_block, v_block, block, x[3] if len(x) > 3 else None
@@ -317,13 +370,10 @@ def _chunked_attention(
         def step(carry, x):
             running_max, running_sum, acc = carry
             k_block, v_block, block, mask_block = unpack(x)
-            s = logits(q, k_block, block, mask_block)
-            new_max = ops.maximum(running_max, ops.max(s, axis=-1, keepdims=True))
-            p = ops.exp(ops.subtract(s, new_max))
-            correction = ops.exp(ops.subtract(running_max, new_max))
-            running_sum = ops.add(
-                ops.multiply(running_sum, correction),
-                ops.sum(p, axis=-1, keepdims=True),
+            s = ops.einsum("bhqd,bhkd->bhqk", q, k_block)
+            keep = allowed(block, mask_block)
+            p, new_max, correction, running_sum = _fused(_online_softmax_block)(
+                s, keep, running_max, running_sum
             )
             acc = ops.add(ops.multiply(acc, correction), ops.matmul(p, v_block))
             return (new_max, running_sum, acc), ()
@@ -353,10 +403,11 @@ def _chunked_attention(
         def step(carry, x):
             (d_q,) = carry
             k_block, v_block, block, mask_block = unpack(x)
-            p = ops.exp(ops.subtract(logits(q, k_block, block, mask_block), lse))
+            s = ops.einsum("bhqd,bhkd->bhqk", q, k_block)
+            p = _fused(_block_weights)(s, allowed(block, mask_block), lse)
             d_v = ops.einsum("bhqk,bhqd->bhkd", p, d_out)
             d_p = ops.einsum("bhqd,bhkd->bhqk", d_out, v_block)
-            d_s = ops.multiply(p, ops.subtract(d_p, delta))
+            d_s = _fused(_block_logit_grads)(p, d_p, delta)
             d_q = ops.add(d_q, ops.matmul(d_s, k_block))
             d_k = ops.einsum("bhqk,bhqd->bhkd", d_s, q)
             return (d_q,), (d_k, d_v)
