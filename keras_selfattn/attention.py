@@ -228,11 +228,14 @@ def _fused(fn):
     return _FUSED_CACHE[fn]
 
 
-# Up to this many key blocks, JAX runs a Python loop rather than lax.scan.
-_UNROLLED_BLOCKS = 16
+# JAX runs the block loop as a Python loop (rather than lax.scan) when the
+# whole (batch, heads, q_len, k_len) matrix would have at most this many
+# elements: then compiling is faster, and memory is no concern even if XLA
+# schedules the unrolled blocks side by side.
+_UNROLL_MAX_ELEMENTS = 1 << 22
 
 
-def _scan_blocks(step, carry, xs, ys_specs):
+def _scan_blocks(step, carry, xs, ys_specs, unroll=False):
     """Runs `carry, ys = step(carry, x)` over the leading axis of `xs`, in order.
 
     This is the kernel's one backend-specific seam: a sequential loop whose
@@ -240,10 +243,9 @@ def _scan_blocks(step, carry, xs, ys_specs):
     per-iteration tensor alive (so the loop does not bring quadratic memory
     back). TensorFlow gets a `tf.while_loop` with `parallel_iterations=1`
     (one block in flight) and `TensorArray`s, which also works in graph mode
-    and under XLA (`jit_compile=True`); JAX gets `jax.lax.scan` (or, for a
-    few blocks, a Python loop, which runs eagerly without compiling a scan
-    and traces to straight-line code under `jit`); PyTorch, which runs
-    eagerly, a Python loop.
+    and under XLA (`jit_compile=True`); JAX gets `jax.lax.scan` (or, with
+    `unroll`, a Python loop: no scan to compile for small problems);
+    PyTorch, which runs eagerly, a Python loop.
 
     Args:
         step: Function `(carry, x) -> (carry, ys)`; `carry` and `ys` are
@@ -252,6 +254,8 @@ def _scan_blocks(step, carry, xs, ys_specs):
         xs: Tuple of tensors sharing a static leading (block) axis.
         ys_specs: Tuple of `(shape, dtype)`, one per tensor in `ys`; shapes
             without the block axis, `None` for an unknown dimension.
+        unroll: Boolean, whether JAX may unroll the loop. Defaults to
+            `False`.
 
     Returns:
         The tuple `(carry, ys)`, each `ys` stacked on a new leading axis.
@@ -278,7 +282,7 @@ def _scan_blocks(step, carry, xs, ys_specs):
             parallel_iterations=1,
         )
         return carry, tuple(a.stack() for a in arrays)
-    if backend == "jax" and num_blocks > _UNROLLED_BLOCKS:
+    if backend == "jax" and not unroll:
         import jax
 
         return jax.lax.scan(step, tuple(carry), tuple(xs))
@@ -322,6 +326,10 @@ def _chunked_attention(
     )
     k_blocks, v_blocks = blocks(key), blocks(value)
     block_ids = ops.arange(num_blocks, dtype="int32")
+    batch = query.shape[0]
+    unroll = batch is not None and batch * heads * q_len * k_len <= (
+        _UNROLL_MAX_ELEMENTS
+    )
 
     # The user mask is cut into key blocks too, unless it broadcasts over keys.
     mask_blocks = constant_mask = None
@@ -385,7 +393,7 @@ def _chunked_attention(
             ops.multiply(column, ops.zeros((value_dim,), "float32")),
         )
         (running_max, running_sum, acc), _ = _scan_blocks(
-            step, init, (k_blocks, v_blocks, *xs[2:]), ()
+            step, init, (k_blocks, v_blocks, *xs[2:]), (), unroll
         )
         # A row whose maximum is still the mask constant saw no allowed key:
         # zeros out, and a log-sum-exp so large that every recomputed weight
@@ -417,7 +425,7 @@ def _chunked_attention(
             ((None, heads, size, value_dim), "float32"),
         )
         (d_q,), (d_k, d_v) = _scan_blocks(
-            step, (ops.zeros_like(q),), (k_blocks, v_blocks, *xs[2:]), specs
+            step, (ops.zeros_like(q),), (k_blocks, v_blocks, *xs[2:]), specs, unroll
         )
         return d_q, d_k, d_v
 
