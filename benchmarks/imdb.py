@@ -60,7 +60,9 @@ def run_one(name, encoder_class, dataset, args) -> dict:
             k: defaults[k]
             for k in (
                 "vocab_size",
+                "bigram_vocab_size",
                 "max_len",
+                "head_len",
                 "embed_dim",
                 "num_heads",
                 "intermediate_dim",

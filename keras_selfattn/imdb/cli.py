@@ -110,6 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="tokens read per review (default %(default)s)",
     )
     train.add_argument(
+        "--head-len",
+        type=int,
+        default=DEFAULTS["head_len"],
+        help="a longer review keeps its first HEAD_LEN and its last "
+        "MAX_LEN - HEAD_LEN tokens (default %(default)s)",
+    )
+    train.add_argument(
         "--vocab-size", type=_positive_int, default=DEFAULTS["vocab_size"]
     )
     train.add_argument(
@@ -284,6 +291,7 @@ def train(args: argparse.Namespace, callbacks: Sequence | None = None) -> float:
         vocab_size=args.vocab_size,
         bigram_vocab_size=args.bigram_vocab_size,
         max_len=args.max_len,
+        head_len=args.head_len if args.head_len >= 0 else None,
         embed_dim=args.embed_dim,
         num_heads=args.num_heads,
         intermediate_dim=args.intermediate_dim,
@@ -367,6 +375,11 @@ def explain(args: argparse.Namespace) -> None:
     print(f"most-attended tokens (of {len(result.tokens)}):")
     for position, token, weight in result.top(args.top):
         print(f"  {weight:.4f}  {token}  (token {position})")
+    for positive in (True, False):
+        side = "positive" if positive else "negative"
+        shares = result.top_contributions(5, positive=positive)
+        listed = ", ".join(f"{token} ({share:+.3f})" for _, token, share in shares)
+        print(f"pushing towards {side}: {listed or '-'}")
 
 
 def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -> int:

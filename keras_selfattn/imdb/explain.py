@@ -2,10 +2,10 @@
 
 `explain(model, text)` runs a saved IMDB model layer by layer on one review
 and returns the `AttentionPooling` weight of every token (the weight each
-token's vector gets in the average that the classifier reads), together with
-the encoder's per-head self-attention maps. `plot` draws the review as text
-with each token shaded by its weight, a bar per token below it and, on
-request, the per-head maps.
+token's vector gets in the average that the classifier reads), each token's
+share of the classifier's logit, and the encoder's per-head self-attention
+maps. `plot` draws the review as text with each token shaded by its weight,
+the shares as bars below it and, on request, the per-head maps.
 """
 
 from __future__ import annotations
@@ -30,17 +30,37 @@ class Explanation:
         head_maps: `(num_heads, len(tokens), len(tokens))` self-attention
             weights of the last encoder block, or None.
         probability: The model's positive-class probability.
+        contributions: `(len(tokens),)` each token's share of the logit:
+            its pooling weight times its vector's dot product with the
+            classifier's kernel. They sum, with the classifier's bias, to
+            the logit exactly; positive values push towards "positive".
+        gap_after: For a review longer than `max_len`, the position after
+            which the middle of the review was skipped; else None.
     """
 
     tokens: list[str]
     weights: np.ndarray
     head_maps: np.ndarray | None
     probability: float
+    contributions: np.ndarray
+    gap_after: int | None = None
 
     def top(self, k: int = 10) -> list[tuple[int, str, float]]:
         """The `k` most-attended tokens as (position, token, weight)."""
         order = np.argsort(-self.weights, kind="stable")[:k]
         return [(int(i), self.tokens[i], float(self.weights[i])) for i in order]
+
+    def top_contributions(
+        self, k: int = 5, positive: bool = True
+    ) -> list[tuple[int, str, float]]:
+        """The `k` tokens pushing most towards one class, with their shares."""
+        sign = -1.0 if positive else 1.0
+        order = np.argsort(sign * self.contributions, kind="stable")[:k]
+        return [
+            (int(i), self.tokens[i], float(self.contributions[i]))
+            for i in order
+            if (self.contributions[i] > 0) == positive
+        ]
 
 
 def _find(model, layer_type):
@@ -90,20 +110,55 @@ def explain(model, text: str) -> Explanation:
 
     ids = np.asarray(ids)[0]
     length = int(np.sum(ids != 0))
-    # The same words TextVectorization saw, so out-of-vocabulary words show
-    # as themselves instead of [UNK].
-    words = standardize(texts).numpy()[0].decode("utf-8").split()[:length]
-    vocabulary = vectorizer.get_vocabulary()
-    tokens = words if len(words) == length else [vocabulary[i] for i in ids[:length]]
-    weights = np.asarray(weights, dtype="float32")[0].mean(axis=0)[:length]
+    head_weights = np.asarray(weights, dtype="float32")[0][:, :length]  # (H, T)
+    # Each token's share of the logit: the classifier is linear in the pooled
+    # vector, and each pooling head averages its slice of the token vectors.
+    vectors = np.asarray(x, dtype="float32")[0, :length]  # (T, D)
+    kernel = np.asarray(classifier.kernel, dtype="float32")[:, 0]  # (D,)
+    heads = head_weights.shape[0]
+    per_head = (vectors * kernel).reshape(length, heads, -1).sum(-1)  # (T, H)
+    contributions = (per_head * head_weights.T).sum(-1)
+
+    # The words TextVectorization saw, at the positions the clip kept, so
+    # out-of-vocabulary words show as themselves instead of [UNK].
+    words = standardize(texts).numpy()[0].decode("utf-8").split()
+    positions = np.arange(1, len(words) + 1, dtype="int32")[None]
+    kept = np.asarray(clip(positions))[0] - 1
+    kept = kept[kept >= 0][:length]
+    gap_after = None
+    if len(kept) == length and len(words) == int(
+        np.sum(np.asarray(vectorizer(texts)) != 0)
+    ):
+        tokens = [words[i] for i in kept]
+        jumps = np.nonzero(np.diff(kept) > 1)[0]
+        gap_after = int(jumps[0]) if len(jumps) else None
+    else:
+        vocabulary = vectorizer.get_vocabulary()
+        tokens = [vocabulary[i] for i in ids[:length]]
     if maps is not None:
         maps = np.asarray(maps, dtype="float32")[0][:, :length, :length]
-    return Explanation(tokens, weights, maps, probability)
+    return Explanation(
+        tokens,
+        head_weights.mean(axis=0),
+        maps,
+        probability,
+        contributions,
+        gap_after,
+    )
 
 
-def _wrap(tokens: list[str], width: int) -> list[list[tuple[int, str]]]:
+GAP = "[…]"
+
+
+def _wrap(
+    tokens: list[str], width: int, gap_after: int | None = None
+) -> list[list[tuple[int, str]]]:
+    """Lines of (position, token); position -1 marks the skipped middle."""
+    items = list(enumerate(tokens))
+    if gap_after is not None:
+        items.insert(gap_after + 1, (-1, GAP))
     lines, line, used = [], [], 0
-    for i, token in enumerate(tokens):
+    for i, token in items:
         token = token if len(token) <= width else token[: width - 1] + "…"
         if line and used + len(token) > width:
             lines.append(line)
@@ -129,8 +184,10 @@ def plot(
     The top panel is the review as text, each token on a background from
     white (its review's least-attended token) to dark red (the most-attended
     one); the title gives the range and the uniform weight 1/n for scale.
-    The panel below shows each token's weight as a bar, the most-attended
-    tokens labelled. With `heads=True`, the last encoder block's per-head
+    For a review longer than `max_len`, "[…]" marks the skipped middle. The
+    panel below shows each token's signed share of the classifier's logit
+    (green: towards positive, purple: towards negative), the largest ones
+    labelled. With `heads=True`, the last encoder block's per-head
     token-by-token maps follow. A 200-word review takes about 12 lines.
 
     Args:
@@ -150,7 +207,7 @@ def plot(
     import matplotlib.pyplot as plt
 
     tokens, weights = explanation.tokens, explanation.weights
-    lines = _wrap(tokens, chars_per_line)
+    lines = _wrap(tokens, chars_per_line, explanation.gap_after)
     if len(weights):
         low, high = float(weights.min()), float(weights.max())
         shade = (weights - low) / max(high - low, 1e-12)
@@ -200,6 +257,18 @@ def plot(
     for row, line in enumerate(lines):
         column = 0
         for i, token in line:
+            if i < 0:
+                ax.text(
+                    column,
+                    row + 0.5,
+                    token,
+                    color="gray",
+                    va="center",
+                    family="DejaVu Sans Mono",
+                    fontsize=font_pt,
+                )
+                column += len(token) + 1
+                continue
             ax.text(
                 column,
                 row + 0.5,
@@ -217,18 +286,29 @@ def plot(
             column += len(token) + 1
 
     bars = fig.add_subplot(grid[1])
+    shares = explanation.contributions
     positions = np.arange(len(tokens))
-    bars.bar(positions, weights, width=1.0, color=cmap(0.25 + 0.75 * shade))
-    bars.axhline(1 / n, color="gray", linewidth=0.8, linestyle="--")
+    colors = np.where(shares >= 0, "#2ca02c", "#9467bd")
+    bars.bar(positions, shares, width=1.0, color=colors)
+    bars.axhline(0.0, color="gray", linewidth=0.8)
     bars.set_xlim(-0.5, n - 0.5)
-    bars.set_xlabel("token position (dashed: uniform weight 1/n)")
-    bars.set_ylabel("weight")
-    for position, token, weight in explanation.top(5):
+    bars.set_xlabel("token position")
+    bars.set_ylabel("share of logit")
+    bars.set_title(
+        "Each token's share of the classifier's logit (pooling weight x "
+        "vector . classifier): green pushes towards positive, purple towards "
+        "negative",
+        loc="left",
+        fontsize=9,
+    )
+    order = np.argsort(shares, kind="stable")
+    labelled = list(order[:3]) + list(order[::-1][:3]) if len(order) else []
+    for position in dict.fromkeys(int(i) for i in labelled):
         bars.annotate(
-            token,
-            (position, weight),
+            tokens[position],
+            (position, shares[position]),
             textcoords="offset points",
-            xytext=(0, 3),
+            xytext=(0, 3 if shares[position] >= 0 else -10),
             ha="center",
             fontsize=8,
         )
@@ -244,6 +324,6 @@ def plot(
                 axh.set_ylabel("query token", fontsize=8)
             axh.tick_params(labelsize=7)
     path = Path(path)
-    fig.savefig(path, dpi=dpi)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight", pad_inches=0.15)
     plt.close(fig)
     return path

@@ -32,14 +32,15 @@ __all__ = ["DEFAULTS", "ReviewBatches", "build_model", "compile_model"]
 # The defaults of `build_model` and of `keras-selfattn train`.
 DEFAULTS = {
     "vocab_size": 20_000,
-    "bigram_vocab_size": 0,
+    "bigram_vocab_size": 80_000,
     "max_len": 400,
+    "head_len": 100,
     "embed_dim": 64,
-    "num_heads": 4,
+    "num_heads": 2,
     "intermediate_dim": 128,
     "num_layers": 1,
-    "dropout": 0.1,
-    "epochs": 3,
+    "dropout": 0.3,
+    "epochs": 2,
     "batch_size": 32,
     "learning_rate": 1e-3,
     "weight_decay": 0.01,
@@ -53,6 +54,7 @@ def build_model(
     vocab_size: int = DEFAULTS["vocab_size"],
     bigram_vocab_size: int = DEFAULTS["bigram_vocab_size"],
     max_len: int = DEFAULTS["max_len"],
+    head_len: int | None = DEFAULTS["head_len"],
     embed_dim: int = DEFAULTS["embed_dim"],
     num_heads: int = DEFAULTS["num_heads"],
     intermediate_dim: int = DEFAULTS["intermediate_dim"],
@@ -70,7 +72,10 @@ def build_model(
         bigram_vocab_size: Size of a second vocabulary, of word pairs; their
             vectors are added to the token vectors (see `BigramEmbedding`).
             0 leaves bigrams out.
-        max_len: The most tokens read per review (the rest is cut).
+        max_len: The most tokens read per review.
+        head_len: A longer review keeps its first `head_len` tokens and its
+            last `max_len - head_len` ones (its verdict); `None` keeps the
+            first `max_len`.
         embed_dim: Size of the token vectors.
         num_heads: Attention heads of each encoder block.
         intermediate_dim: Hidden size of the encoder's feed-forward part.
@@ -94,9 +99,11 @@ def build_model(
     train_texts = np.asarray(list(train_texts), dtype=object)
     vectorizer.adapt(train_texts, batch_size=256)
 
+    if head_len is not None:
+        head_len = min(head_len, max_len)
     texts = keras.Input(shape=(), dtype="string", name="text")
     ids = vectorizer(texts)
-    ids = ClipSequence(max_len, name="clip")(ids)
+    ids = ClipSequence(max_len, head=head_len, name="clip")(ids)
     x = TokenAndPositionEmbedding(
         vectorizer.vocabulary_size(), max_len, embed_dim, name="embedding"
     )(ids)
@@ -109,9 +116,12 @@ def build_model(
             name="bigram_vectorization",
         )
         bigrams.adapt(train_texts, batch_size=256)
-        bigram_ids = ClipSequence(max(1, max_len - 1), name="bigram_clip")(
-            bigrams(texts)
-        )
+        # Clipped like the tokens, so that bigram i still pairs tokens i, i + 1.
+        bigram_ids = ClipSequence(
+            max(1, max_len - 1),
+            head=None if head_len is None else max(0, head_len - 1),
+            name="bigram_clip",
+        )(bigrams(texts))
         x = BigramEmbedding(
             bigrams.vocabulary_size(), embed_dim, name="bigram_embedding"
         )(x, bigram_ids)

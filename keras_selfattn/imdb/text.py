@@ -51,31 +51,58 @@ def standardize(texts):
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
 class ClipSequence(keras.layers.Layer):
-    """Keeps the first `max_length` steps of `(batch, seq)` token ids.
+    """Keeps at most `max_length` token ids of each `(batch, seq)` row.
 
     `TextVectorization` without `output_sequence_length` pads each batch to
-    its longest text. Clipping afterwards keeps the cost of a batch of short
-    reviews low while bounding the longest ones.
+    its longest text (padding id 0 at the end). This layer then bounds the
+    length: a row with more than `max_length` real tokens keeps its first
+    `head` tokens and its last `max_length - head` ones (reviews often end
+    with the verdict); shorter rows are unchanged. `head=None` keeps the
+    first `max_length` tokens.
 
     Args:
         max_length: Positive integer, the most tokens kept per text.
+        head: Optional integer in `[0, max_length]`, how many leading tokens
+            a long text keeps. Defaults to `None`, meaning `max_length`.
         **kwargs: Base layer arguments, such as `name`.
 
     Call arguments:
-        inputs: Integer tensor `(batch, seq)`.
+        inputs: Integer tensor `(batch, seq)`, padding id 0 at the end.
 
     Returns:
         Integer tensor `(batch, min(seq, max_length))`.
     """
 
-    def __init__(self, max_length: int, **kwargs):
+    def __init__(self, max_length: int, head: int | None = None, **kwargs):
         check_positive_int("max_length", max_length)
+        if head is not None and (
+            isinstance(head, bool)
+            or not isinstance(head, int)
+            or not 0 <= head <= max_length
+        ):
+            raise ValueError(
+                "Received an invalid value for argument `head`, expected an "
+                f"integer in [0, max_length={max_length}] or `None`. "
+                f"Received: head={head!r}"
+            )
         super().__init__(**kwargs)
         self.max_length = max_length
+        self.head = head
 
     def call(self, inputs):
+        from keras import ops
+
         check_rank("inputs", inputs.shape, 2, "(batch, seq) of token ids")
-        return inputs[:, : self.max_length]
+        if self.head is None or self.head == self.max_length:
+            return inputs[:, : self.max_length]
+        length = ops.minimum(ops.shape(inputs)[1], self.max_length)
+        real = ops.sum(ops.cast(ops.not_equal(inputs, 0), "int32"), axis=1)
+        steps = ops.expand_dims(ops.arange(length, dtype="int32"), 0)
+        start = ops.expand_dims(real - (self.max_length - self.head), 1)
+        clipped = ops.where(steps < self.head, steps, start + steps - self.head)
+        long_row = ops.expand_dims(real > self.max_length, 1)
+        index = ops.where(long_row, clipped, steps)
+        return ops.take_along_axis(inputs, index, axis=1)
 
     def compute_output_shape(self, input_shape):
         seq = input_shape[1]
@@ -89,7 +116,11 @@ class ClipSequence(keras.layers.Layer):
         )
 
     def get_config(self):
-        return {**super().get_config(), "max_length": self.max_length}
+        return {
+            **super().get_config(),
+            "max_length": self.max_length,
+            "head": self.head,
+        }
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.tensorflow_only
 # Small and fast: the smoke test is about the plumbing, not the accuracy.
 SMALL = [
     "--limit", "500", "--epochs", "1", "--batch-size", "32", "--max-len", "64",
-    "--vocab-size", "2000", "--embed-dim", "16", "--num-heads", "2",
+    "--vocab-size", "2000", "--bigram-vocab-size", "2000", "--embed-dim", "16",
+    "--num-heads", "2",
     "--intermediate-dim", "32", "--seed", "7",
 ]  # fmt: skip
 REVIEWS = [
@@ -87,7 +88,7 @@ def test_smoke_train_save_predict_explain(trained, tmp_path, capsys):
     png = tmp_path / "explain.png"
     assert cli.main(["explain", str(trained), LONG_REVIEW, "--out", str(png)]) == 0
     out = capsys.readouterr().out
-    assert "most-attended tokens" in out
+    assert "most-attended tokens" in out and "pushing towards negative" in out
     width, height = _png_size(png)
     assert 600 <= width <= 2500 and 300 <= height <= 2500, (width, height)
 
@@ -117,6 +118,25 @@ def test_explain_weights_match_the_model(trained):
     expected = model.predict(np.array(REVIEWS[1:], dtype=object), verbose=0)[0, 0]
     np.testing.assert_allclose(result.probability, expected, rtol=1e-5)
     assert result.top(3)[0][2] == result.weights.max()
+    # The shares add up, with the classifier's bias, to the logit.
+    bias = float(keras.ops.convert_to_numpy(model.get_layer("classifier").bias)[0])
+    logit = np.log(expected / (1 - expected))
+    np.testing.assert_allclose(result.contributions.sum() + bias, logit, atol=1e-4)
+
+
+def test_explain_long_review_shows_head_and_tail(tmp_path):
+    from keras_selfattn.imdb import explain
+    from keras_selfattn.imdb.model import build_model
+
+    model = build_model(
+        ["a b c"], vocab_size=10, max_len=6, head_len=2, embed_dim=4, num_heads=1
+    )
+    text = " ".join(f"w{i}" for i in range(20))
+    result = explain.explain(model, text)
+    assert result.tokens == ["w0", "w1", "w16", "w17", "w18", "w19"]
+    assert result.gap_after == 1
+    png = explain.plot(result, tmp_path / "long.png", heads=True)
+    assert _png_size(png)[0] > 300
 
 
 def test_reload_in_fresh_process_without_custom_objects(trained, subprocess_env):

@@ -88,3 +88,40 @@ def test_review_batches_group_by_length_and_cover_everything():
     x, y = ordered[0]
     assert [len(t.split()) for t in x.numpy().astype(str)] == list(range(1, 11))
     np.testing.assert_array_equal(y, labels[:10])
+
+
+def test_clip_sequence_keeps_head_and_tail_of_long_rows():
+    ids = np.array([[1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 0, 0, 0, 0, 0]])
+    out = keras.ops.convert_to_numpy(ClipSequence(5, head=2)(ids))
+    np.testing.assert_array_equal(out, [[1, 2, 6, 7, 8], [1, 2, 3, 0, 0]])
+    with pytest.raises(ValueError, match="`head`"):
+        ClipSequence(5, head=6)
+    assert ClipSequence.from_config(ClipSequence(5, head=2).get_config()).head == 2
+
+
+def test_bigrams_line_up_with_clipped_tokens():
+    text = " ".join(f"w{i}" for i in range(30))
+    model = build_model(
+        [text] * 3,
+        vocab_size=100,
+        bigram_vocab_size=100,
+        max_len=10,
+        head_len=4,
+        embed_dim=8,
+        num_heads=2,
+    )
+    texts = np.array([text], dtype=object)
+    words = model.get_layer("text_vectorization").get_vocabulary()
+    pairs = model.get_layer("bigram_vectorization").get_vocabulary()
+    ids = keras.ops.convert_to_numpy(
+        model.get_layer("clip")(model.get_layer("text_vectorization")(texts))
+    )[0]
+    bigram_ids = keras.ops.convert_to_numpy(
+        model.get_layer("bigram_clip")(model.get_layer("bigram_vectorization")(texts))
+    )[0]
+    tokens = [words[i] for i in ids]
+    assert tokens == ["w0", "w1", "w2", "w3", "w24", "w25", "w26", "w27", "w28", "w29"]
+    # BigramEmbedding puts bigram_ids[p - 1] at position p: the pair ending there.
+    for p in range(1, 10):
+        expected = "w23 w24" if p == 4 else f"{tokens[p - 1]} {tokens[p]}"
+        assert pairs[bigram_ids[p - 1]] == expected
