@@ -109,9 +109,9 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         inputs = ops.cast(inputs, "int32")
         tokens = self.token_embedding(inputs)
         length = ops.shape(inputs)[1]
+        table = ops.convert_to_tensor(self.position_embeddings)
         positions = ops.cast(
-            ops.slice(self.position_embeddings, (0, 0), (length, self.embedding_dim)),
-            tokens.dtype,
+            ops.slice(table, (0, 0), (length, self.embedding_dim)), tokens.dtype
         )
         outputs = ops.add(tokens, ops.expand_dims(positions, 0))
         return zero_padded(outputs, self.compute_mask(inputs))

@@ -143,20 +143,31 @@ def test_dropout_only_in_training(rng):
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-def test_mixed_precision_large_logits(policy, rng):
+def test_mixed_precision_close_to_float32(policy, rng):
+    x = rng.normal(size=(2, 6, 8)).astype("float32")
+    init = keras.initializers.Constant(0.5)
+    ref = AttentionPooling(query_initializer=init)
+    ref_out = _np(ref(x))
+    keras.config.set_dtype_policy(policy)
+    layer = AttentionPooling(query_initializer=init)
+    layer.build(x.shape)
+    layer.set_weights(ref.get_weights())
+    out = _np(ops.cast(layer(x), "float32"))
+    np.testing.assert_allclose(out, ref_out, atol=0.05, rtol=0.05)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_logits_in_the_thousands_stay_finite(policy, rng):
     keras.config.set_dtype_policy(policy)
     x = rng.normal(size=(2, 6, 8)).astype("float32")
     layer = AttentionPooling(query_initializer=keras.initializers.Constant(3000.0))
     out, weights = layer(x, return_attention_scores=True)
-    keras.config.set_dtype_policy("float32")
-    ref = AttentionPooling(query_initializer=keras.initializers.Constant(3000.0))
-    ref.build(x.shape)
-    ref.set_weights([_np(ops.cast(w, "float32")) for w in layer.get_weights()])
-    ref_out = _np(ref(x))
     out = _np(ops.cast(out, "float32"))
-    assert np.all(np.isfinite(out))
-    np.testing.assert_allclose(out, ref_out, atol=0.1, rtol=0.05)
-    np.testing.assert_allclose(_np(ops.cast(weights, "float32")).sum(-1), 1, atol=0.02)
+    weights = _np(ops.cast(weights, "float32"))
+    assert np.all(np.isfinite(out)) and np.all(np.isfinite(weights))
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=0.02)
+    # A weighted average stays inside the range of the averaged values.
+    assert np.all(out <= x.max(axis=1) + 0.02) and np.all(out >= x.min(axis=1) - 0.02)
 
 
 @pytest.mark.parametrize(
