@@ -248,7 +248,7 @@ class MultiHeadAttention(keras.layers.Layer):
         bias_init = self.bias_initializer.__class__.from_config(
             self.bias_initializer.get_config()
         )
-        return keras.layers.EinsumDense(
+        dense = keras.layers.EinsumDense(
             equation,
             output_shape=(None,) + tuple(out_shape),
             bias_axes=bias_axes if self.use_bias else None,
@@ -262,6 +262,10 @@ class MultiHeadAttention(keras.layers.Layer):
             dtype=self.dtype_policy,
             name=name,
         )
+        # The projections see masked inputs; the masks are applied in `call`,
+        # and a projection just hands them on (no warning about lost masks).
+        dense.supports_masking = True
+        return dense
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
@@ -271,13 +275,14 @@ class MultiHeadAttention(keras.layers.Layer):
             ("key", key_shape),
         ):
             check_rank(name, shape, 3, _LAYOUT)
-        if value_shape[1] is not None and key_shape[1] is not None:
-            if value_shape[1] != key_shape[1]:
-                raise invalid(
-                    "key",
-                    f"the same sequence length as `value` ({value_shape[1]})",
-                    f"<tensor of shape {tuple(key_shape)}>",
-                )
+        if None not in (value_shape[1], key_shape[1]) and (
+            value_shape[1] != key_shape[1]
+        ):
+            raise invalid(
+                "key",
+                f"the same sequence length as `value` ({value_shape[1]})",
+                f"<tensor of shape {tuple(key_shape)}>",
+            )
         heads = (self.num_heads, self.key_dim)
         # Created in Keras's order, so get_weights()/set_weights() line up.
         self._query_dense = self._dense("query", 1, heads)
@@ -287,9 +292,7 @@ class MultiHeadAttention(keras.layers.Layer):
         value_heads = (self.num_heads, self._value_size)
         self._gate_dense = None
         if self.use_gate:
-            self._gate_dense = self._dense(
-                "gate", 1, value_heads, activation="sigmoid"
-            )
+            self._gate_dense = self._dense("gate", 1, value_heads, activation="sigmoid")
             self._gate_dense.build(query_shape)
         self._value_dense = self._dense("value", 1, value_heads)
         self._value_dense.build(value_shape)
@@ -440,6 +443,7 @@ class MultiHeadAttention(keras.layers.Layer):
             "bias_initializer": initializers.serialize(self.bias_initializer),
             "kernel_regularizer": regularizers.serialize(self.kernel_regularizer),
             "bias_regularizer": regularizers.serialize(self.bias_regularizer),
+            "activity_regularizer": regularizers.serialize(self.activity_regularizer),
             "kernel_constraint": constraints.serialize(self.kernel_constraint),
             "bias_constraint": constraints.serialize(self.bias_constraint),
             "use_gate": self.use_gate,

@@ -194,9 +194,7 @@ class SelfAttention(keras.layers.Layer):
     def build(self, input_shape):
         check_rank("inputs", input_shape, 3, "(batch, seq, features)")
         if input_shape[-1] is None:
-            raise invalid(
-                "inputs", "a known last (features) dimension", input_shape
-            )
+            raise invalid("inputs", "a known last (features) dimension", input_shape)
         # One fused kernel: columns [0:units] make Q, [units:2u] K, [2u:3u] V.
         self.qkv_kernel, self.qkv_bias = self._add_dense_weights(
             "qkv", input_shape[-1], 3 * self.units
@@ -294,6 +292,7 @@ class SelfAttention(keras.layers.Layer):
             "bias_initializer": initializers.serialize(self.bias_initializer),
             "kernel_regularizer": regularizers.serialize(self.kernel_regularizer),
             "bias_regularizer": regularizers.serialize(self.bias_regularizer),
+            "activity_regularizer": regularizers.serialize(self.activity_regularizer),
             "kernel_constraint": constraints.serialize(self.kernel_constraint),
             "bias_constraint": constraints.serialize(self.bias_constraint),
         }
