@@ -6,11 +6,14 @@ the bundled 20,000 / 5,000 split: once as shipped (attention through
 same architecture, data, seed and schedule but `keras.layers.MultiHeadAttention`
 inside the encoder block. Prints both test accuracies, both training times
 (model building, adapting and fitting; not evaluation) and the ratio, with the
-machine, the versions and the exact command.
+machine, the versions and the exact command. With `--repeats N` the two sides
+alternate N times and the medians are reported (the machine may be shared:
+alternating spreads its load over both sides).
 
     python benchmarks/imdb.py                 # the full comparison (2 trainings)
     python benchmarks/imdb.py --limit 2000    # a quick look
     python benchmarks/imdb.py --only ours     # one side only
+    python benchmarks/imdb.py --limit 4000 --repeats 3   # alternating, medians
 
 Accuracy is never asserted in tests; this script is where it is measured.
 """
@@ -86,7 +89,7 @@ def run_one(name, encoder_class, dataset, args) -> dict:
         verbose=2,
     )
     seconds = time.perf_counter() - start
-    accuracy = cli.test_accuracy(model, dataset.test_texts, dataset.test_labels)
+    accuracy = cli.accuracy_on(model, dataset.test_texts, dataset.test_labels)
     val = history.history.get("val_accuracy", [float("nan")])[-1]
     print(
         f"[{name}] test accuracy {accuracy:.4f}, val accuracy {val:.4f}, "
@@ -101,6 +104,7 @@ def main(argv=None) -> int:
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--only", choices=["ours", "keras"], default=None)
+    parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args(argv)
 
     import keras
@@ -125,7 +129,22 @@ def main(argv=None) -> int:
         sides = sides[:1]
     elif args.only == "keras":
         sides = sides[1:]
-    results = [run_one(name, cls, dataset, args) for name, cls in sides]
+    runs = [
+        run_one(name, cls, dataset, args)
+        for _ in range(max(1, args.repeats))
+        for name, cls in sides
+    ]
+    results = []
+    for name, _ in sides:
+        mine = [r for r in runs if r["name"] == name]
+        results.append(
+            {
+                "name": name,
+                "accuracy": float(np.median([r["accuracy"] for r in mine])),
+                "seconds": float(np.median([r["seconds"] for r in mine])),
+                "all_seconds": [round(r["seconds"]) for r in mine],
+            }
+        )
 
     print()
     print("=== IMDB benchmark ===")
@@ -140,10 +159,11 @@ def main(argv=None) -> int:
     )
     print(f"data: {dataset.source}")
     print(f"defaults: {DEFAULTS}")
+    median = "median " if args.repeats > 1 else ""
     for r in results:
         print(
-            f"{r['name']:>15}: test accuracy {r['accuracy']:.4f}, "
-            f"training {r['seconds']:.0f} s"
+            f"{r['name']:>15}: {median}test accuracy {r['accuracy']:.4f}, "
+            f"{median}training {r['seconds']:.0f} s (runs: {r['all_seconds']} s)"
         )
     if len(results) == 2:
         ours, theirs = results

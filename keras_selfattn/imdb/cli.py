@@ -97,38 +97,66 @@ def build_parser() -> argparse.ArgumentParser:
         "package, split 20,000/5,000), 'keras' (keras.datasets.imdb, needs the "
         "internet once) or an aclImdb folder"
     )
-    train = commands.add_parser("train", help="train, save and test a model")
+    train = commands.add_parser(
+        "train",
+        help="train, save and test a model",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     train.add_argument("--data", default="bundled", help=data_help)
-    train.add_argument("--epochs", type=_positive_int, default=DEFAULTS["epochs"])
     train.add_argument(
-        "--batch-size", type=_positive_int, default=DEFAULTS["batch_size"]
+        "--epochs",
+        type=_positive_int,
+        default=DEFAULTS["epochs"],
+        help="passes over the training reviews",
+    )
+    train.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=DEFAULTS["batch_size"],
+        help="reviews per training step",
     )
     train.add_argument(
         "--max-len",
         type=_positive_int,
         default=DEFAULTS["max_len"],
-        help="tokens read per review (default %(default)s)",
+        help="tokens read per review",
     )
     train.add_argument(
         "--head-len",
         type=int,
         default=DEFAULTS["head_len"],
         help="a longer review keeps its first HEAD_LEN and its last "
-        "MAX_LEN - HEAD_LEN tokens (default %(default)s)",
+        "MAX_LEN - HEAD_LEN tokens; -1 keeps the first MAX_LEN",
     )
     train.add_argument(
-        "--vocab-size", type=_positive_int, default=DEFAULTS["vocab_size"]
+        "--vocab-size",
+        type=_positive_int,
+        default=DEFAULTS["vocab_size"],
+        help="words in the vocabulary (with padding and [UNK])",
     )
     train.add_argument(
         "--bigram-vocab-size",
         type=int,
         default=DEFAULTS["bigram_vocab_size"],
-        help="word pairs in a second vocabulary; 0 = no bigrams (default %(default)s)",
+        help="word pairs in a second vocabulary; 0 = no bigrams",
     )
-    train.add_argument("--embed-dim", type=_positive_int, default=DEFAULTS["embed_dim"])
-    train.add_argument("--num-heads", type=_positive_int, default=DEFAULTS["num_heads"])
     train.add_argument(
-        "--num-layers", type=_positive_int, default=DEFAULTS["num_layers"]
+        "--embed-dim",
+        type=_positive_int,
+        default=DEFAULTS["embed_dim"],
+        help="size of the token vectors",
+    )
+    train.add_argument(
+        "--num-heads",
+        type=_positive_int,
+        default=DEFAULTS["num_heads"],
+        help="attention heads of each encoder block",
+    )
+    train.add_argument(
+        "--num-layers",
+        type=_positive_int,
+        default=DEFAULTS["num_layers"],
+        help="encoder blocks",
     )
     train.add_argument(
         "--intermediate-dim",
@@ -136,9 +164,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULTS["intermediate_dim"],
         help="hidden size of the encoder's feed-forward part",
     )
-    train.add_argument("--dropout", type=_rate, default=DEFAULTS["dropout"])
     train.add_argument(
-        "--learning-rate", type=_positive_float, default=DEFAULTS["learning_rate"]
+        "--dropout",
+        type=_rate,
+        default=DEFAULTS["dropout"],
+        help="dropout rate in the model",
+    )
+    train.add_argument(
+        "--learning-rate",
+        type=_positive_float,
+        default=DEFAULTS["learning_rate"],
+        help="peak AdamW learning rate (warm-up, then cosine decay)",
     )
     train.add_argument(
         "--limit",
@@ -146,10 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="use only the first N training reviews (quick runs)",
     )
-    train.add_argument("--seed", type=int, default=DEFAULTS["seed"])
     train.add_argument(
-        "--out", default="imdb.keras", help="model file (default %(default)s)"
+        "--seed",
+        type=int,
+        default=DEFAULTS["seed"],
+        help="seed of the initialisation, dropout and shuffling",
     )
+    train.add_argument("--out", default="imdb.keras", help="model file")
     train.add_argument(
         "--mixed-precision",
         action="store_true",
@@ -242,7 +281,7 @@ def _read_texts(texts: Sequence[str]) -> list[str]:
     return texts
 
 
-def test_accuracy(model, texts, labels, batch_size: int = 128) -> float:
+def accuracy_on(model, texts, labels, batch_size: int = 128) -> float:
     """Accuracy of `model` on the given reviews (batched by length)."""
     import numpy as np
 
@@ -329,7 +368,7 @@ def train(args: argparse.Namespace, callbacks: Sequence | None = None) -> float:
     shutil.rmtree(backup, ignore_errors=True)
     seconds = time.perf_counter() - start
     print(f"saved {out}; trained in {seconds:.0f} s", flush=True)
-    accuracy = test_accuracy(model, dataset.test_texts, dataset.test_labels)
+    accuracy = accuracy_on(model, dataset.test_texts, dataset.test_labels)
     print(f"test accuracy: {accuracy:.4f}", flush=True)
     return accuracy
 
@@ -337,7 +376,7 @@ def train(args: argparse.Namespace, callbacks: Sequence | None = None) -> float:
 def evaluate(args: argparse.Namespace) -> float:
     model = load_model(args.model)
     dataset = _load_data(args.data)
-    accuracy = test_accuracy(
+    accuracy = accuracy_on(
         model, dataset.test_texts, dataset.test_labels, args.batch_size
     )
     print(f"data: {dataset.source}")
