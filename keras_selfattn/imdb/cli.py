@@ -293,6 +293,10 @@ def accuracy_on(model, texts, labels, batch_size: int = 128) -> float:
     return float(np.mean((probabilities > 0.5).astype("int32") == labels))
 
 
+# The earlier name, used by notebooks/03_imdb_sentiment.ipynb.
+test_accuracy = accuracy_on
+
+
 # ----------------------------------------------------------------------------
 # Commands
 
