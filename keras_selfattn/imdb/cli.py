@@ -13,6 +13,7 @@ code 2, never a traceback. Set KERAS_SELFATTN_DEBUG=1 to see tracebacks.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -195,6 +196,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="mixed_float16 on a GPU, mixed_bfloat16 on a CPU",
     )
     train.add_argument("--tensorboard", metavar="DIR", help="TensorBoard log folder")
+    train.add_argument(
+        "--distribute",
+        default="none",
+        choices=("none", "mirrored", "multiworker"),
+        help="tf.distribute strategy: mirrored = all local GPUs (or --devices); "
+        "multiworker = the cluster in TF_CONFIG (default %(default)s). "
+        "--batch-size is then per replica",
+    )
+    train.add_argument(
+        "--devices",
+        type=lambda text: [d for d in text.split(",") if d],
+        default=None,
+        metavar="LIST",
+        help="devices for --distribute mirrored, e.g. /gpu:0,/gpu:1",
+    )
 
     evaluate = commands.add_parser("evaluate", help="accuracy on the test split")
     evaluate.add_argument("model")
@@ -305,6 +321,7 @@ def train(args: argparse.Namespace, callbacks: Sequence | None = None) -> float:
     """The `train` command. Returns the test accuracy."""
     import keras
 
+    from keras_selfattn.imdb import distribute
     from keras_selfattn.imdb import model as imdb_model
 
     out = Path(args.out)
@@ -312,6 +329,13 @@ def train(args: argparse.Namespace, callbacks: Sequence | None = None) -> float:
         raise CliError(f"--out must end in .keras, got {args.out}")
     if out.parent and not out.parent.exists():
         raise CliError(f"--out folder does not exist: {out.parent}")
+    # A multi-worker strategy must exist before TensorFlow runs anything.
+    try:
+        strategy = distribute.make_strategy(args.distribute, args.devices)
+    except distribute.DistributeError as error:
+        raise CliError(str(error)) from None
+    replicas = distribute.num_replicas(strategy)
+    global_batch = args.batch_size * replicas
     device, on_gpu = describe_device()
     print(f"device: {device}", flush=True)
     if args.mixed_precision:
@@ -328,9 +352,79 @@ def train(args: argparse.Namespace, callbacks: Sequence | None = None) -> float:
         f"testing on {len(dataset.test_texts)} reviews",
         flush=True,
     )
+    if strategy is not None:
+        print(
+            f"distribute: {args.distribute} ({distribute.worker_label(strategy)}); "
+            f"replicas: {replicas}, per-replica batch: {args.batch_size}, "
+            f"global batch: {global_batch}",
+            flush=True,
+        )
     start = time.perf_counter()
+    split = None
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        model = _build_and_compile(args, texts[:n_train], n_train, global_batch)
+        if strategy is not None:
+            split = distribute.split_preprocessing(model)
+    backup = Path(f"{out}.backup")
+    meta = backup / "training_metadata.json"
+    if meta.is_file():
+        done = json.loads(meta.read_text()).get("epoch", 0)
+        print(f"resuming after epoch {done} from {backup}", flush=True)
+    all_callbacks = [distribute.ChiefBackupAndRestore(str(backup), strategy)]
+    if args.tensorboard:
+        all_callbacks.append(keras.callbacks.TensorBoard(args.tensorboard))
+    all_callbacks += list(callbacks or [])
+    train_batches = imdb_model.ReviewBatches(
+        texts[:n_train], labels[:n_train], global_batch, seed=args.seed
+    )
+    val_batches = None
+    if n_val >= replicas:
+        val_batches = imdb_model.ReviewBatches(
+            texts[n_train:],
+            labels[n_train:],
+            distribute.eval_batch_size(n_val, replicas),
+            shuffle=False,
+        )
+    verbose = 2 if os.environ.get("KERAS_SELFATTN_QUIET") else "auto"
+    if strategy is None:
+        model.fit(
+            train_batches,
+            validation_data=val_batches,
+            epochs=args.epochs,
+            callbacks=all_callbacks,
+            verbose=verbose,
+        )
+    else:
+        distribute.fit(
+            split, train_batches, val_batches, args.epochs, all_callbacks, verbose
+        )
+    written = distribute.write_path(out, strategy)
+    model.save(written)
+    distribute.discard(written, strategy)
+    seconds = time.perf_counter() - start
+    if distribute.is_chief(strategy):
+        shutil.rmtree(backup, ignore_errors=True)
+        print(f"saved {out}; trained in {seconds:.0f} s", flush=True)
+    if strategy is None:
+        accuracy = accuracy_on(model, dataset.test_texts, dataset.test_labels)
+    else:
+        print(f"weights fingerprint: {distribute.fingerprint(model):.6f}", flush=True)
+        test_batches = imdb_model.ReviewBatches(
+            dataset.test_texts,
+            dataset.test_labels,
+            distribute.eval_batch_size(len(dataset.test_texts), replicas),
+            shuffle=False,
+        )
+        accuracy = distribute.accuracy(split, test_batches)
+    print(f"test accuracy: {accuracy:.4f}", flush=True)
+    return accuracy
+
+
+def _build_and_compile(args, train_texts, n_train: int, global_batch: int):
+    from keras_selfattn.imdb import model as imdb_model
+
     model = imdb_model.build_model(
-        texts[:n_train],
+        train_texts,
         vocab_size=args.vocab_size,
         bigram_vocab_size=args.bigram_vocab_size,
         max_len=args.max_len,
@@ -342,39 +436,9 @@ def train(args: argparse.Namespace, callbacks: Sequence | None = None) -> float:
         dropout=args.dropout,
         seed=args.seed,
     )
-    steps = args.epochs * math.ceil(n_train / args.batch_size)
+    steps = args.epochs * math.ceil(n_train / global_batch)
     imdb_model.compile_model(model, steps, learning_rate=args.learning_rate)
-    backup = Path(f"{out}.backup")
-    meta = backup / "training_metadata.json"
-    if meta.is_file():
-        done = json.loads(meta.read_text()).get("epoch", 0)
-        print(f"resuming after epoch {done} from {backup}", flush=True)
-    all_callbacks = [keras.callbacks.BackupAndRestore(str(backup))]
-    if args.tensorboard:
-        all_callbacks.append(keras.callbacks.TensorBoard(args.tensorboard))
-    all_callbacks += list(callbacks or [])
-    train_batches = imdb_model.ReviewBatches(
-        texts[:n_train], labels[:n_train], args.batch_size, seed=args.seed
-    )
-    val_batches = None
-    if n_val:
-        val_batches = imdb_model.ReviewBatches(
-            texts[n_train:], labels[n_train:], 128, shuffle=False
-        )
-    model.fit(
-        train_batches,
-        validation_data=val_batches,
-        epochs=args.epochs,
-        callbacks=all_callbacks,
-        verbose=2 if os.environ.get("KERAS_SELFATTN_QUIET") else "auto",
-    )
-    model.save(out)
-    shutil.rmtree(backup, ignore_errors=True)
-    seconds = time.perf_counter() - start
-    print(f"saved {out}; trained in {seconds:.0f} s", flush=True)
-    accuracy = accuracy_on(model, dataset.test_texts, dataset.test_labels)
-    print(f"test accuracy: {accuracy:.4f}", flush=True)
-    return accuracy
+    return model
 
 
 def evaluate(args: argparse.Namespace) -> float:

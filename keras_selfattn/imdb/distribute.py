@@ -1,11 +1,15 @@
 """tf.distribute for the IMDB demo: strategies, the chief, and who writes what.
 
 `keras-selfattn train --distribute mirrored` trains on all local GPUs (or the
-devices given with `--devices`) with `tf.distribute.MirroredStrategy`;
-`--distribute multiworker` trains on several machines with
-`tf.distribute.MultiWorkerMirroredStrategy`, the cluster read from the standard
-`TF_CONFIG` environment variable. The batch size given on the command line is
-per replica; the global batch is that times the number of replicas.
+devices given with `--devices`) with `tf.distribute.MirroredStrategy`. The
+batch size given on the command line is per replica; the global batch is that
+times the number of replicas.
+
+`--distribute multiworker` (`tf.distribute.MultiWorkerMirroredStrategy`, the
+cluster read from the standard `TF_CONFIG` environment variable) is blocked
+upstream: Keras 3's `fit` fails under that strategy
+(tensorflow/tensorflow#72388), so it checks `TF_CONFIG` and then stops with a
+one-line error. The rules below are written for it and tested on their own.
 
 In multi-worker training every worker runs the same program and every worker
 saves (saving may involve collective operations), but only the chief writes
@@ -22,8 +26,10 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import keras
+import numpy as np
 
 KINDS = ("none", "mirrored", "multiworker")
 
@@ -63,6 +69,11 @@ def _tf_config() -> dict:
 def make_strategy(kind: str, devices: Sequence[str] | None = None):
     """The `tf.distribute.Strategy` for `--distribute KIND`, or None for none.
 
+    `"multiworker"` checks `TF_CONFIG`, then raises `DistributeError`: Keras
+    3's `fit` cannot train under `MultiWorkerMirroredStrategy` today
+    (tensorflow/tensorflow#72388). The chief and backup rules below are
+    ready for it.
+
     Args:
         kind: One of `"none"`, `"mirrored"` or `"multiworker"`.
         devices: For `"mirrored"`, the devices to mirror on, e.g.
@@ -85,7 +96,12 @@ def make_strategy(kind: str, devices: Sequence[str] | None = None):
                 "multiworker uses its local GPUs (or CPU)"
             )
         _tf_config()
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        raise DistributeError(
+            f"multi-worker training is blocked upstream: Keras {keras.__version__}'s "
+            "fit() fails under MultiWorkerMirroredStrategy (it averages each "
+            "worker's scalar metrics along an axis they do not have; "
+            "tensorflow/tensorflow#72388). Use --distribute mirrored on one machine"
+        )
     raise DistributeError(
         f"unknown --distribute {kind!r}: expected one of {', '.join(KINDS)}"
     )
@@ -176,3 +192,113 @@ class ChiefBackupAndRestore(keras.callbacks.BackupAndRestore):
             super().on_train_end(logs)
         else:
             shutil.rmtree(self._private_dir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------
+# Training under a strategy
+
+# The layers of the IMDB model (`keras_selfattn.imdb.model.build_model`) whose
+# outputs are the token ids: everything before them is string preprocessing.
+_ID_LAYERS = ("clip", "bigram_clip")
+
+
+class Split(NamedTuple):
+    """The IMDB model cut where strings have become token ids.
+
+    Both halves share the layers (and so the weights) of the whole model,
+    which is what gets saved: it still takes raw strings.
+    """
+
+    preprocess: keras.Model
+    trainable: keras.Model
+
+
+def split_preprocessing(model: keras.Model) -> Split:
+    """Cuts `model` after its text preprocessing; call in `strategy.scope()`.
+
+    Under a `tf.distribute` strategy, Keras cannot take string batches in
+    `fit` (it averages a first batch across replicas to build the model), and
+    a string lookup belongs in the input pipeline anyway. So training feeds
+    the trainable half with token ids made by the preprocessing half in
+    `tf.data`, and the saved model stays the whole, raw-text one.
+    """
+    names = [n for n in _ID_LAYERS if n in {layer.name for layer in model.layers}]
+    if not names:
+        raise ValueError(
+            "Expected the IMDB model of keras_selfattn.imdb.model.build_model, "
+            f"with a layer named {_ID_LAYERS[0]!r}. Received: model={model.name!r}"
+        )
+    ids = [model.get_layer(name).output for name in names]
+    trainable = keras.Model(ids, model.outputs, name=f"{model.name}_ids")
+    trainable.compile(optimizer=model.optimizer, loss=model.loss, metrics=["accuracy"])
+    return Split(keras.Model(model.inputs, ids, name="preprocess"), trainable)
+
+
+def eval_batch_size(n: int, replicas: int, wanted: int = 128) -> int:
+    """A batch size for evaluating `n` reviews whose first batch splits evenly
+    over the replicas (Keras builds the model from a first batch averaged
+    across replicas, which fails on uneven shares)."""
+    size = min(wanted, n)
+    return max(replicas, size - size % replicas)
+
+
+def _id_dataset(split: Split, batches, full_batches_only: bool = False):
+    """A tf.data pipeline of (token ids, labels) from a `ReviewBatches`.
+
+    With `full_batches_only` (training), the few short batches are skipped,
+    so every step splits evenly over the replicas.
+    """
+    import tensorflow as tf
+
+    def generate():
+        for index in range(len(batches)):
+            texts, labels = batches[index]
+            if not full_batches_only or len(labels) == batches.batch_size:
+                yield texts, labels
+        batches.on_epoch_end()
+
+    dataset = tf.data.Dataset.from_generator(
+        generate,
+        output_signature=(
+            tf.TensorSpec((None,), tf.string),
+            tf.TensorSpec((None,), tf.float32),
+        ),
+    )
+
+    def to_ids(texts, labels):
+        ids = split.preprocess(texts)
+        return (tuple(ids) if isinstance(ids, (list, tuple)) else ids), labels
+
+    dataset = dataset.map(to_ids).prefetch(tf.data.AUTOTUNE)
+    options = tf.data.Options()
+    # Every worker reads the same seeded batches and keeps its share of each.
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.DATA
+    )
+    return dataset.with_options(options)
+
+
+def fit(split: Split, train_batches, val_batches, epochs, callbacks, verbose):
+    """`fit` of the trainable half on token ids (see `split_preprocessing`)."""
+    split.trainable.fit(
+        _id_dataset(split, train_batches, full_batches_only=True),
+        validation_data=None
+        if val_batches is None
+        else _id_dataset(split, val_batches),
+        epochs=epochs,
+        callbacks=list(callbacks),
+        verbose=verbose,
+    )
+
+
+def accuracy(split: Split, batches) -> float:
+    """Test accuracy, computed by all workers together."""
+    result = split.trainable.evaluate(
+        _id_dataset(split, batches), return_dict=True, verbose=0
+    )
+    return float(result["accuracy"])
+
+
+def fingerprint(model: keras.Model) -> float:
+    """The sum of |w| over all weights: equal on workers that agree."""
+    return float(sum(np.abs(w).astype("float64").sum() for w in model.get_weights()))

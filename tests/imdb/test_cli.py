@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from keras_selfattn.imdb import cli
+from tests.imdb.acl import write_acl
 
 pytestmark = pytest.mark.tensorflow_only
 
@@ -38,19 +39,6 @@ def _png_size(path: Path) -> tuple[int, int]:
     header = path.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     return struct.unpack(">II", header[16:24])
-
-
-def _write_acl(root: Path, n_train: int, n_test: int) -> Path:
-    """A tiny aclImdb folder of easy synthetic reviews."""
-    words = {"pos": ["great", "superb", "loved"], "neg": ["awful", "boring", "hated"]}
-    for split, n in (("train", n_train), ("test", n_test)):
-        for label, mood in words.items():
-            folder = root / split / label
-            folder.mkdir(parents=True)
-            for i in range(n // 2):
-                text = f"The film was {mood[i % 3]}, I {mood[(i + 1) % 3]} it."
-                (folder / f"{i}_1.txt").write_text(text)
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +156,7 @@ class _InterruptAfterFirstEpoch(keras.callbacks.Callback):
 
 
 def test_interrupted_run_resumes_from_last_epoch(tmp_path, capfd):
-    folder = _write_acl(tmp_path / "acl", n_train=128, n_test=16)
+    folder = write_acl(tmp_path / "acl", n_train=128, n_test=16)
     out = tmp_path / "resume.keras"
     args = [
         "train", *SMALL, "--data", str(folder), "--max-len", "16",
