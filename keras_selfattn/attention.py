@@ -1,7 +1,9 @@
 """The attention kernel: the one place in the package that does attention math.
 
 Scaling, masks (padding, causal, sliding window), the float32 softmax, dropout
-on the weights and the dispatch to backend fast paths all live here. Layers
+on the weights, the memory-efficient chunked path (online softmax over key
+blocks, recomputing backward) and the dispatch to backend fast paths all live
+here. Layers
 project their inputs and call `scaled_dot_product_attention`; they never
 compute logits or softmax themselves.
 """

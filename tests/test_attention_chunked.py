@@ -126,22 +126,36 @@ def test_chunked_equals_plain_outputs_and_gradients(rng, case):
     heads = shapes.get("heads", 3) if shapes.get("rank", 4) == 4 else 1
     mask = _mask(rng, recipe, q.shape[0], q.shape[1], k.shape[1], heads)
 
-    def plain(q, k, v):
-        return sdpa(q, k, v, mask, flash_attention=False, **options)
-
-    want, want_grads = _output_and_grads(plain, (q, k, v), upstream)
-    assert np.all(np.isfinite(want))
-    for chunk_size in chunk_sizes:
-
-        def chunked(q, k, v, chunk_size=chunk_size):
+    def variant(chunk_size):
+        def attend(q, k, v):
+            if chunk_size is None:
+                return sdpa(q, k, v, mask, flash_attention=False, **options)
             return sdpa(q, k, v, mask, chunk_size=chunk_size, **options)
 
-        got, got_grads = _output_and_grads(chunked, (q, k, v), upstream)
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
+        return attend
+
+    # The plain path and every chunk size, each on its own copy of q, k, v,
+    # in one function: one trace (and one JAX compilation) per case.
+    variants = [variant(None)] + [variant(c) for c in chunk_sizes]
+
+    def everything(*args):
+        outs = [f(*args[3 * i : 3 * i + 3]) for i, f in enumerate(variants)]
+        return keras.ops.stack(outs)
+
+    upstream = np.stack([upstream] * len(variants))
+    outs, grads = _output_and_grads(everything, (q, k, v) * len(variants), upstream)
+    want, want_grads = outs[0], grads[:3]
+    assert np.all(np.isfinite(want))
+    for i, chunk_size in enumerate(chunk_sizes, start=1):
+        got, got_grads = outs[i], grads[3 * i : 3 * i + 3]
+        np.testing.assert_allclose(
+            got, want, atol=ATOL, rtol=0, err_msg=f"chunk_size={chunk_size}"
+        )
         for name, g, w in zip("qkv", got_grads, want_grads, strict=True):
             assert np.all(np.isfinite(g)), name
-            np.testing.assert_allclose(g, w, atol=ATOL, rtol=0, err_msg=name)
+            np.testing.assert_allclose(
+                g, w, atol=ATOL, rtol=0, err_msg=f"d{name}, chunk_size={chunk_size}"
+            )
 
 
 def test_fully_masked_rows_are_exact_zeros_with_zero_gradients(rng):
