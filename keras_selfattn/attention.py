@@ -230,6 +230,20 @@ def _fused(fn):
     return _FUSED_CACHE[fn]
 
 
+def _may_need_gradient(*tensors) -> bool:
+    """False when no gradient can be taken through `tensors`.
+
+    JAX differentiates by tracing, so concrete (eager) arrays never need one;
+    skipping the custom-gradient wrapper there spares a compilation per call.
+    The other backends always get the wrapper.
+    """
+    if keras.backend.backend() != "jax":
+        return True
+    import jax
+
+    return any(isinstance(t, jax.core.Tracer) for t in tensors)
+
+
 # JAX runs the block loop as a Python loop (rather than lax.scan) when the
 # whole (batch, heads, q_len, k_len) matrix would have at most this many
 # elements: then compiling is faster, and memory is no concern even if XLA
@@ -445,7 +459,10 @@ def _chunked_attention(
 
         return out, grad
 
-    output = attend(q, k_blocks, v_blocks)
+    if _may_need_gradient(q, k_blocks, v_blocks):
+        output = attend(q, k_blocks, v_blocks)
+    else:
+        output, _ = forward(q, k_blocks, v_blocks)
     return ops.cast(ops.transpose(output, (0, 2, 1, 3)), value.dtype)
 
 

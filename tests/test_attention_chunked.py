@@ -288,18 +288,15 @@ def test_self_attention_chunk_size_gives_the_same_outputs(rng):
     x = rng.normal(size=(2, 11, 6)).astype("float32")
     mask = np.ones((2, 11), bool)
     mask[1, 7:] = False
-    plain = SelfAttention(8, num_heads=2, causal=True)
-    chunked = SelfAttention(8, num_heads=2, causal=True, chunk_size=3)
-    plain(x)
-    chunked(x)
-    chunked.set_weights(plain.get_weights())
-    np.testing.assert_allclose(
-        _np(chunked(x, mask=mask)), _np(plain(x, mask=mask)), atol=ATOL
-    )
-    config = chunked.get_config()
+    layer = SelfAttention(8, num_heads=2, causal=True, chunk_size=3)
+    config = layer.get_config()
     assert config["chunk_size"] == 3
     assert SelfAttention.from_config(config).chunk_size == 3
-    assert plain.get_config()["chunk_size"] is None
+    assert SelfAttention(8).get_config()["chunk_size"] is None
+    # One layer (one set of weights), both paths: the call reads chunk_size.
+    chunked = _np(layer(x, mask=mask))
+    layer.chunk_size = None
+    np.testing.assert_allclose(chunked, _np(layer(x, mask=mask)), atol=ATOL)
 
 
 def test_multi_head_attention_chunk_size_gives_the_same_outputs(rng):
@@ -307,20 +304,15 @@ def test_multi_head_attention_chunk_size_gives_the_same_outputs(rng):
     value = rng.normal(size=(2, 7, 5)).astype("float32")
     value_mask = np.ones((2, 7), bool)
     value_mask[0, 4:] = False
-    plain = MultiHeadAttention(2, 4, value_dim=3)
-    chunked = MultiHeadAttention(2, 4, value_dim=3, chunk_size=2)
-    plain(query, value)
-    chunked(query, value)
-    chunked.set_weights(plain.get_weights())
-    kwargs = dict(value_mask=value_mask, use_causal_mask=True)
-    np.testing.assert_allclose(
-        _np(chunked(query, value, **kwargs)),
-        _np(plain(query, value, **kwargs)),
-        atol=ATOL,
-    )
-    config = chunked.get_config()
+    layer = MultiHeadAttention(2, 4, value_dim=3, chunk_size=2)
+    config = layer.get_config()
     assert config["chunk_size"] == 2
     assert MultiHeadAttention.from_config(config).chunk_size == 2
+    kwargs = dict(value_mask=value_mask, use_causal_mask=True)
+    chunked = _np(layer(query, value, **kwargs))
+    layer.chunk_size = None
+    plain = _np(layer(query, value, **kwargs))
+    np.testing.assert_allclose(chunked, plain, atol=ATOL)
 
 
 # --------------------------------------------------------- graphs (TensorFlow)
