@@ -358,7 +358,8 @@ def _chunked_attention(
                 m = ops.pad(
                     m, ((0, 0), (0, 0), (0, 0), (0, padding)), constant_values=False
                 )
-            m = ops.reshape(m, (*m.shape[:3], num_blocks, size))
+            lead = tuple(ops.shape(m)[:3])  # Dynamic where unknown.
+            m = ops.reshape(m, (*lead, num_blocks, size))
             mask_blocks = ops.transpose(m, (3, 0, 1, 2, 4))
     positional = causal or sliding_window is not None or padding > 0
     rows = ops.expand_dims(ops.arange(q_len, dtype="int32"), 1)

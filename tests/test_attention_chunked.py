@@ -348,6 +348,26 @@ def test_tf_function_static_and_unknown_lengths(rng, chunked_calls, jit_compile)
         np.testing.assert_allclose(_np(a), _np(b), atol=ATOL)
 
 
+@pytest.mark.tensorflow_only
+def test_tf_function_unknown_batch_with_a_padding_mask(rng, chunked_calls):
+    import tensorflow as tf
+
+    q, k, v = _qkv(rng, q_len=10, k_len=12)
+    mask = _mask(rng, "full", 2, 10, 12, 3)
+    want = _np(sdpa(q, k, v, mask, causal=True, flash_attention=False))
+    spec = tf.TensorSpec((None, None, 10, 12), "bool")
+    qkv_specs = [
+        tf.TensorSpec((None, length, 3, 8), "float32") for length in (10, 12, 12)
+    ]
+
+    @tf.function(input_signature=[*qkv_specs, spec])
+    def chunked(q, k, v, mask):
+        return sdpa(q, k, v, mask, causal=True, chunk_size=5)
+
+    np.testing.assert_allclose(_np(chunked(q, k, v, mask)), want, atol=ATOL)
+    assert chunked_calls == [5]
+
+
 # --------------------------------------------------------------------- memory
 
 _MEMORY_SCRIPT = textwrap.dedent(
