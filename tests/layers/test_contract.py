@@ -156,10 +156,16 @@ if BACKEND == "torch":
 
 
 @case_params
-def test_keras_mask_is_handed_on(case):
-    model, _ = _masked_model(case)
-    outputs = model.outputs[0]
-    assert outputs._keras_mask is not None
+def test_keras_mask_is_handed_on(case, rng):
+    # Symbolically: the output carries a (batch, seq) mask for the next layer.
+    model, layer = _masked_model(case)
+    mask = model.outputs[0]._keras_mask
+    assert tuple(mask.shape) == (None, None) and mask.dtype == "bool"
+    # Concretely: it is the input's padding mask, unchanged.
+    tokens = _padded_tokens(rng)
+    x = rng.normal(size=(*tokens.shape, FEATURES)).astype("float32")
+    handed_on = layer.compute_mask(x, tokens != 0)
+    np.testing.assert_array_equal(_np(handed_on), tokens != 0)
 
 
 @scoring_case_params
