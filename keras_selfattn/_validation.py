@@ -6,6 +6,7 @@ and what was received.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -42,8 +43,12 @@ def check_rate(argument: str, value: Any) -> None:
 def check_scale(value: Any) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise invalid("scale", "a positive float or `None`", value)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value < math.inf
+    ):
+        raise invalid("scale", "a positive, finite float or `None`", value)
 
 
 def check_rank(argument: str, shape, rank: int, layout: str) -> None:
@@ -53,4 +58,15 @@ def check_rank(argument: str, shape, rank: int, layout: str) -> None:
             argument,
             f"a {rank}-D tensor of shape {layout}",
             f"<tensor of shape {tuple(shape)}>",
+        )
+
+
+def check_chunk_size(chunk_size: Any, dropout: float) -> None:
+    """A positive int or None; the chunked path has no dropout on the weights."""
+    check_positive_int("chunk_size", chunk_size, allow_none=True)
+    if chunk_size is not None and dropout > 0.0:
+        raise ValueError(
+            "The chunked path (`chunk_size`) does not support dropout on the "
+            "attention weights. Set `dropout=0.0` or `chunk_size=None`. "
+            f"Received: chunk_size={chunk_size}, dropout={dropout}"
         )

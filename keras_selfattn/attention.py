@@ -29,6 +29,12 @@ _FUSED_BACKENDS = ("jax", "torch")
 
 
 def _validate_shapes(query, key, value) -> None:
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        dtype = keras.backend.standardize_dtype(tensor.dtype)
+        if "float" not in dtype:
+            raise _invalid(
+                name, "a floating-point tensor", f"<tensor of dtype {dtype}>"
+            )
     q_shape, k_shape, v_shape = (tuple(t.shape) for t in (query, key, value))
     rank = len(q_shape)
     if rank not in (3, 4):
@@ -588,7 +594,9 @@ def scaled_dot_product_attention(
         flash_attention: Optional boolean. `None` lets the kernel call the
             backend's fused kernel (`keras.ops.dot_product_attention` on the
             JAX and PyTorch backends) when the options allow it; `False`
-            forbids it. `True` asks for it where the backend has one, and
+            forbids it. `True` passes `flash_attention=True` on to it: on JAX
+            and PyTorch it raises there when no flash kernel fits (on a CPU,
+            say), and TensorFlow, which has no fused kernel, ignores it. It
             cannot be combined with `chunk_size`. Defaults to `None`.
         chunk_size: Optional positive integer, the number of keys per block
             of the chunked path; asking for it takes that path (see above).
@@ -681,6 +689,7 @@ def scaled_dot_product_attention(
                 scale=scale,
                 flash_attention=flash_attention,
             )
+            output = ops.cast(output, value.dtype)
             if mask is not None:
                 # Fused kernels average uniformly over a fully-masked row;
                 # the package's rule is zeros.

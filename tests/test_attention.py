@@ -343,6 +343,7 @@ def test_symbolic_inputs_with_unknown_batch_and_length():
 _BAD_CALLS = {
     "scale_zero": ({"scale": 0.0}, "`scale`"),
     "scale_negative": ({"scale": -1.0}, "`scale`"),
+    "scale_inf": ({"scale": float("inf")}, "`scale`"),
     "window_zero": ({"sliding_window": 0}, "`sliding_window`"),
     "window_float": ({"sliding_window": 2.5}, "`sliding_window`"),
     "dropout_one": ({"dropout": 1.0}, "`dropout`"),
@@ -384,3 +385,9 @@ def test_mask_of_wrong_shape_raises(mask_shape):
     k = np.zeros((2, 6, 3, 4), "float32")
     with pytest.raises(ValueError, match="`mask`"):
         scaled_dot_product_attention(q, k, k, np.ones(mask_shape, bool))
+
+
+def test_integer_inputs_raise_value_error():
+    ids = np.ones((1, 3, 4), "int32")
+    with pytest.raises(ValueError, match=r"`query`.*floating-point"):
+        scaled_dot_product_attention(ids, ids, ids)

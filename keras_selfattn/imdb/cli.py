@@ -496,7 +496,13 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -
         _setup_environment()
         args = build_parser().parse_args(argv)
         if args.command == "train":
-            train(args, callbacks)
+            import keras
+
+            policy = keras.mixed_precision.global_policy()
+            try:
+                train(args, callbacks)
+            finally:  # --mixed-precision sets the global policy for training
+                keras.mixed_precision.set_global_policy(policy)
         elif args.command == "evaluate":
             evaluate(args)
         elif args.command == "predict":

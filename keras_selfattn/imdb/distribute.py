@@ -238,8 +238,13 @@ def eval_batch_size(n: int, replicas: int, wanted: int = 128) -> int:
     """A batch size for evaluating `n` reviews whose first batch splits evenly
     over the replicas (Keras builds the model from a first batch averaged
     across replicas, which fails on uneven shares)."""
+    if n < replicas:
+        raise DistributeError(
+            f"{n} reviews cannot be shared by {replicas} replicas; "
+            "evaluate on more reviews or on fewer devices"
+        )
     size = min(wanted, n)
-    return max(replicas, size - size % replicas)
+    return size - size % replicas
 
 
 def _id_dataset(split: Split, batches, full_batches_only: bool = False):

@@ -8,6 +8,7 @@ import keras
 from keras import constraints, initializers, ops, regularizers
 
 from keras_selfattn._validation import (
+    check_chunk_size,
     check_positive_int,
     check_rank,
     check_rate,
@@ -173,7 +174,7 @@ class MultiHeadAttention(keras.layers.Layer):
         check_rate("dropout", dropout)
         check_positive_int("sliding_window", sliding_window, allow_none=True)
         check_scale(scale)
-        check_positive_int("chunk_size", chunk_size, allow_none=True)
+        check_chunk_size(chunk_size, dropout)
         if chunk_size is not None and flash_attention:
             raise ValueError(
                 "`chunk_size` and `flash_attention=True` ask for two different "
@@ -240,8 +241,9 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _dense(self, name, num_in, out_shape, activation=None):
         equation, bias_axes = _projection(num_in, len(out_shape))
-        # A fresh initializer per sub-layer, as Keras does, so that two
-        # projections never start from the same values.
+        # A fresh initializer per sub-layer, as Keras does: unseeded, two
+        # projections start from different values; a seeded initializer
+        # gives every projection the same start, as in Keras.
         kernel_init = self.kernel_initializer.__class__.from_config(
             self.kernel_initializer.get_config()
         )

@@ -6,6 +6,7 @@ import keras
 from keras import constraints, initializers, ops, regularizers
 
 from keras_selfattn._validation import (
+    check_chunk_size,
     check_positive_int,
     check_rank,
     check_rate,
@@ -140,7 +141,7 @@ class SelfAttention(keras.layers.Layer):
         check_rate("dropout", dropout)
         check_positive_int("sliding_window", sliding_window, allow_none=True)
         check_scale(scale)
-        check_positive_int("chunk_size", chunk_size, allow_none=True)
+        check_chunk_size(chunk_size, dropout)
         super().__init__(activity_regularizer=activity_regularizer, **kwargs)
         self.units = units
         self.num_heads = num_heads

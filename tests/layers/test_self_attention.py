@@ -136,6 +136,7 @@ _BAD = {
     "window_zero": ({"units": 4, "sliding_window": 0}, "`sliding_window`"),
     "window_bool": ({"units": 4, "sliding_window": True}, "`sliding_window`"),
     "scale_negative": ({"units": 4, "scale": -0.5}, "`scale`"),
+    "chunk_with_dropout": ({"units": 4, "dropout": 0.1, "chunk_size": 4}, "chunk"),
 }
 
 
