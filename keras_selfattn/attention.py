@@ -117,18 +117,25 @@ def _normalize_mask(mask, batch, heads, q_len, k_len, squeezed_heads):
     return mask
 
 
+def _position_rule(rows, cols, causal, sliding_window):
+    """Where query `rows` may see key `cols` by position (causal: j <= i;
+    window: |i - j| < w), broadcast from their shapes; None if no rule."""
+    rule = None
+    if causal:
+        rule = ops.greater_equal(rows, cols)
+    if sliding_window is not None:
+        window = ops.less(ops.abs(rows - cols), sliding_window)
+        rule = window if rule is None else ops.logical_and(rule, window)
+    return rule
+
+
 def _positional_mask(q_len, k_len, causal, sliding_window):
     """The (1, 1, Tq, Tk) mask of causal and sliding-window rules, or None."""
     if not causal and sliding_window is None:
         return None
     rows = ops.expand_dims(ops.arange(q_len, dtype="int32"), 1)
     cols = ops.expand_dims(ops.arange(k_len, dtype="int32"), 0)
-    mask = None
-    if causal:
-        mask = ops.greater_equal(rows, cols)
-    if sliding_window is not None:
-        window = ops.less(ops.abs(rows - cols), sliding_window)
-        mask = window if mask is None else ops.logical_and(mask, window)
+    mask = _position_rule(rows, cols, causal, sliding_window)
     return ops.expand_dims(ops.expand_dims(mask, 0), 0)
 
 
@@ -376,12 +383,7 @@ def _chunked_attention(
         result = mask_block if mask_block is not None else constant_mask
         if positional:
             cols = ops.add(ops.multiply(block, size), offsets)
-            rule = None
-            if causal:
-                rule = ops.greater_equal(rows, cols)
-            if sliding_window is not None:
-                window = ops.less(ops.abs(rows - cols), sliding_window)
-                rule = window if rule is None else ops.logical_and(rule, window)
+            rule = _position_rule(rows, cols, causal, sliding_window)
             if padding:
                 real = ops.less(cols, k_len)
                 rule = real if rule is None else ops.logical_and(rule, real)
