@@ -10,9 +10,9 @@ Public API:
 - `TransformerEncoder`: one encoder block on this package's attention.
 """
 
-# Registers the text standardization that saved IMDB demo models refer to
-# (light: Keras only), so they load after a plain `import keras_selfattn`.
-from keras_selfattn import imdb as _imdb  # noqa: F401
+# Registers the text pieces that saved models refer to (the standardization,
+# ClipSequence, BigramEmbedding), so they load after `import keras_selfattn`.
+from keras_selfattn import text as _text  # noqa: F401
 from keras_selfattn.attention import scaled_dot_product_attention
 from keras_selfattn.layers.encoder import TransformerEncoder
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention

@@ -40,17 +40,6 @@ def check_rate(argument: str, value: Any) -> None:
         raise invalid(argument, "a float in the range [0, 1)", value)
 
 
-def check_scale(value: Any) -> None:
-    if value is None:
-        return
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not 0 < value < math.inf
-    ):
-        raise invalid("scale", "a positive, finite float or `None`", value)
-
-
 def check_rank(argument: str, shape, rank: int, layout: str) -> None:
     """Checks that a tensor's `shape` has `rank` dimensions."""
     if len(shape) != rank:
@@ -61,12 +50,53 @@ def check_rank(argument: str, shape, rank: int, layout: str) -> None:
         )
 
 
-def check_chunk_size(chunk_size: Any, dropout: float) -> None:
-    """A positive int or None; the chunked path has no dropout on the weights."""
+def check_positive_float(argument: str, value: Any, allow_none=False) -> None:
+    """A positive, finite number (an int or a float, not a bool)."""
+    if allow_none and value is None:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value < math.inf
+    ):
+        expected = "a positive, finite float" + (" or `None`" if allow_none else "")
+        raise invalid(argument, expected, value)
+
+
+def check_known_last_dim(argument: str, shape, what: str) -> None:
+    """Checks that the last dimension of `shape` is known (not None)."""
+    if shape[-1] is None:
+        raise invalid(
+            argument, f"a known last ({what}) dimension", f"<shape {tuple(shape)}>"
+        )
+
+
+def check_paths(
+    chunk_size: Any = None, flash_attention: Any = None, dropout: float = 0.0
+) -> None:
+    """Checks that the attention paths asked for can be honoured together.
+
+    `chunk_size` asks for the chunked path and `flash_attention=True` for the
+    backend's fused kernel: not both. Neither path does dropout on the
+    weights. The layers call this in their constructors with their dropout
+    rate; the kernel calls it with the rate in effect (0 unless training).
+    """
     check_positive_int("chunk_size", chunk_size, allow_none=True)
-    if chunk_size is not None and dropout > 0.0:
+    if chunk_size is not None and flash_attention:
+        raise ValueError(
+            "`chunk_size` and `flash_attention=True` ask for two different "
+            "attention paths; set only one of them. Received: "
+            f"chunk_size={chunk_size}, flash_attention={flash_attention}"
+        )
+    if dropout > 0.0 and chunk_size is not None:
         raise ValueError(
             "The chunked path (`chunk_size`) does not support dropout on the "
             "attention weights. Set `dropout=0.0` or `chunk_size=None`. "
             f"Received: chunk_size={chunk_size}, dropout={dropout}"
+        )
+    if dropout > 0.0 and flash_attention:
+        raise ValueError(
+            "Dropout is not supported when flash attention is enabled. Set "
+            "`dropout=0.0` or `flash_attention=None`. Received: "
+            f"dropout={dropout}, flash_attention={flash_attention}"
         )

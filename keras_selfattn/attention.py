@@ -2,10 +2,11 @@
 
 Scaling, masks (padding, causal, sliding window), the float32 softmax, dropout
 on the weights, the memory-efficient chunked path (online softmax over key
-blocks, recomputing backward) and the dispatch to backend fast paths all live
-here. Layers
-project their inputs and call `scaled_dot_product_attention`; they never
-compute logits or softmax themselves.
+blocks, recomputing backward) and the choice between the paths all live here.
+Layers project their inputs and call `scaled_dot_product_attention`; they
+never compute logits or softmax themselves. Backend-specific code (the fused
+kernels, the block loop, XLA fusion) lives in one place, the backend seam
+`keras_selfattn._backend`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ import math
 import keras
 from keras import ops
 
-from keras_selfattn._validation import check_positive_int, check_rate, check_scale
+from keras_selfattn import _backend
+from keras_selfattn._validation import (
+    check_paths,
+    check_positive_float,
+    check_positive_int,
+    check_rate,
+)
 from keras_selfattn._validation import invalid as _invalid
 
 __all__ = ["scaled_dot_product_attention"]
@@ -24,8 +31,6 @@ __all__ = ["scaled_dot_product_attention"]
 # this constant is a float32 one whatever the compute dtype; it never meets a
 # float16 tensor, so it cannot overflow there.
 _MASKED_LOGIT = -0.7 * 3.4028235e38
-
-_FUSED_BACKENDS = ("jax", "torch")
 
 
 def _validate_shapes(query, key, value) -> None:
@@ -218,111 +223,6 @@ def _block_logit_grads(p, d_p, delta):
     return ops.multiply(p, ops.subtract(d_p, delta))
 
 
-# ---- Backend-specific seam. `_fused`, `_UNROLLED_BLOCKS` and `_scan_blocks`
-# are the chunked path's only backend-dependent code: the XLA fusion of the
-# per-block elementwise math on TensorFlow, and a sequential block loop.
-
-_FUSED_CACHE = {}
-
-
-def _fused(fn):
-    """Returns `fn`, compiled where that fuses its elementwise ops.
-
-    On TensorFlow each op of a block's softmax math (where, max, subtract,
-    exp, sum) would be its own pass over the (batch, heads, q_len, chunk)
-    block; compiled with XLA (`jit_compile=True`) the chain runs as one or
-    two loops, which makes the chunked path about 10% faster on CPU. JAX
-    fuses by itself under `jit`; PyTorch runs `fn` as it is.
-    """
-    if keras.backend.backend() != "tensorflow":
-        return fn
-    if fn not in _FUSED_CACHE:
-        import tensorflow as tf
-
-        _FUSED_CACHE[fn] = tf.function(fn, jit_compile=True, reduce_retracing=True)
-    return _FUSED_CACHE[fn]
-
-
-def _may_need_gradient(*tensors) -> bool:
-    """False when no gradient can be taken through `tensors`.
-
-    JAX differentiates by tracing, so concrete (eager) arrays never need one;
-    skipping the custom-gradient wrapper there spares a compilation per call.
-    The other backends always get the wrapper.
-    """
-    if keras.backend.backend() != "jax":
-        return True
-    import jax
-
-    return any(isinstance(t, jax.core.Tracer) for t in tensors)
-
-
-# JAX runs the block loop as a Python loop (rather than lax.scan) when the
-# whole (batch, heads, q_len, k_len) matrix would have at most this many
-# elements: then compiling is faster, and memory is no concern even if XLA
-# schedules the unrolled blocks side by side.
-_UNROLL_MAX_ELEMENTS = 1 << 22
-
-
-def _scan_blocks(step, carry, xs, ys_specs, unroll=False):
-    """Runs `carry, ys = step(carry, x)` over the leading axis of `xs`, in order.
-
-    This is the kernel's one backend-specific seam: a sequential loop whose
-    per-iteration outputs are stacked, without keeping any other
-    per-iteration tensor alive (so the loop does not bring quadratic memory
-    back). TensorFlow gets a `tf.while_loop` with `parallel_iterations=1`
-    (one block in flight) and `TensorArray`s, which also works in graph mode
-    and under XLA (`jit_compile=True`); JAX gets `jax.lax.scan` (or, with
-    `unroll`, a Python loop: no scan to compile for small problems);
-    PyTorch, which runs eagerly, a Python loop.
-
-    Args:
-        step: Function `(carry, x) -> (carry, ys)`; `carry` and `ys` are
-            tuples of tensors, `x` is the tuple of the `xs` at one index.
-        carry: Tuple of tensors, the initial carry.
-        xs: Tuple of tensors sharing a static leading (block) axis.
-        ys_specs: Tuple of `(shape, dtype)`, one per tensor in `ys`; shapes
-            without the block axis, `None` for an unknown dimension.
-        unroll: Boolean, whether JAX may unroll the loop. Defaults to
-            `False`.
-
-    Returns:
-        The tuple `(carry, ys)`, each `ys` stacked on a new leading axis.
-    """
-    backend = keras.backend.backend()
-    num_blocks = int(xs[0].shape[0])
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        arrays = tuple(
-            tf.TensorArray(dtype, size=num_blocks, element_shape=shape)
-            for shape, dtype in ys_specs
-        )
-
-        def body(i, carry, arrays):
-            carry, ys = step(carry, tuple(x[i] for x in xs))
-            arrays = tuple(a.write(i, y) for a, y in zip(arrays, ys, strict=True))
-            return i + 1, carry, arrays
-
-        _, carry, arrays = tf.while_loop(
-            lambda i, *_: i < num_blocks,
-            body,
-            (tf.constant(0), tuple(carry), arrays),
-            parallel_iterations=1,
-        )
-        return carry, tuple(a.stack() for a in arrays)
-    if backend == "jax" and not unroll:
-        import jax
-
-        return jax.lax.scan(step, tuple(carry), tuple(xs))
-    outputs = []
-    for i in range(num_blocks):
-        carry, ys = step(carry, tuple(x[i] for x in xs))
-        outputs.append(ys)
-    ys = tuple(ops.stack(list(y), axis=0) for y in zip(*outputs, strict=True))
-    return carry, ys
-
-
 def _chunked_attention(
     query, key, value, mask, scale, causal, sliding_window, chunk_size
 ):
@@ -356,9 +256,7 @@ def _chunked_attention(
     k_blocks, v_blocks = blocks(key), blocks(value)
     block_ids = ops.arange(num_blocks, dtype="int32")
     batch = query.shape[0]
-    unroll = batch is not None and batch * heads * q_len * k_len <= (
-        _UNROLL_MAX_ELEMENTS
-    )
+    work = None if batch is None else batch * heads * q_len * k_len
 
     # The user mask is cut into key blocks too, unless it broadcasts over keys.
     mask_blocks = constant_mask = None
@@ -405,9 +303,9 @@ def _chunked_attention(
             k_block, v_block, block, mask_block = unpack(x)
             s = ops.einsum("bhqd,bhkd->bhqk", q, k_block)
             keep = allowed(block, mask_block)
-            p, new_max, correction, running_sum = _fused(_online_softmax_block)(
-                s, keep, running_max, running_sum
-            )
+            p, new_max, correction, running_sum = _backend.xla_fused(
+                _online_softmax_block
+            )(s, keep, running_max, running_sum)
             acc = ops.add(ops.multiply(acc, correction), ops.matmul(p, v_block))
             return (new_max, running_sum, acc), ()
 
@@ -417,8 +315,8 @@ def _chunked_attention(
             column,
             ops.multiply(column, ops.zeros((value_dim,), "float32")),
         )
-        (running_max, running_sum, acc), _ = _scan_blocks(
-            step, init, (k_blocks, v_blocks, *xs[2:]), (), unroll
+        (running_max, running_sum, acc), _ = _backend.scan_blocks(
+            step, init, (k_blocks, v_blocks, *xs[2:]), (), work
         )
         # A row whose maximum is still the mask constant saw no allowed key:
         # zeros out, and a log-sum-exp so large that every recomputed weight
@@ -437,10 +335,10 @@ def _chunked_attention(
             (d_q,) = carry
             k_block, v_block, block, mask_block = unpack(x)
             s = ops.einsum("bhqd,bhkd->bhqk", q, k_block)
-            p = _fused(_block_weights)(s, allowed(block, mask_block), lse)
+            p = _backend.xla_fused(_block_weights)(s, allowed(block, mask_block), lse)
             d_v = ops.einsum("bhqk,bhqd->bhkd", p, d_out)
             d_p = ops.einsum("bhqd,bhkd->bhqk", d_out, v_block)
-            d_s = _fused(_block_logit_grads)(p, d_p, delta)
+            d_s = _backend.xla_fused(_block_logit_grads)(p, d_p, delta)
             d_q = ops.add(d_q, ops.matmul(d_s, k_block))
             d_k = ops.einsum("bhqk,bhqd->bhkd", d_s, q)
             return (d_q,), (d_k, d_v)
@@ -449,8 +347,8 @@ def _chunked_attention(
             ((None, heads, size, dim), "float32"),
             ((None, heads, size, value_dim), "float32"),
         )
-        (d_q,), (d_k, d_v) = _scan_blocks(
-            step, (ops.zeros_like(q),), (k_blocks, v_blocks, *xs[2:]), specs, unroll
+        (d_q,), (d_k, d_v) = _backend.scan_blocks(
+            step, (ops.zeros_like(q),), (k_blocks, v_blocks, *xs[2:]), specs, work
         )
         return d_q, d_k, d_v
 
@@ -468,7 +366,7 @@ def _chunked_attention(
 
         return out, grad
 
-    if _may_need_gradient(q, k_blocks, v_blocks):
+    if _backend.may_need_gradient(q, k_blocks, v_blocks):
         output = attend(q, k_blocks, v_blocks)
     else:
         output, _ = forward(q, k_blocks, v_blocks)
@@ -481,16 +379,29 @@ def _query_has_key(mask):
     return ops.expand_dims(ops.transpose(any_key, (0, 2, 1)), -1)
 
 
-def _can_use_fused(
-    query, value, dropout, training, return_scores, flash_attention
-) -> bool:
-    if flash_attention is False or return_scores:
+def _can_use_fused(query, value, return_scores, flash_attention) -> bool:
+    """Whether to call the backend's fused kernel; `flash_attention=True`
+    insists on it and raises where it cannot be honoured."""
+    if flash_attention is False:
         return False
-    if value.shape[-1] != query.shape[-1]:
-        return False  # jax.nn.dot_product_attention needs value_dim == dim
-    if training and dropout > 0.0:
-        return False
-    return keras.backend.backend() in _FUSED_BACKENDS
+    reason = None
+    if not _backend.has_fused_kernel():
+        reason = f"the {keras.backend.backend()} backend has no fused kernel"
+    elif return_scores:
+        reason = "a fused kernel does not return the attention weights"
+    elif value.shape[-1] != query.shape[-1]:
+        # jax.nn.dot_product_attention needs value_dim == dim.
+        reason = "a fused kernel needs the value's last dimension to equal the key's"
+    if reason is None:
+        return True
+    if flash_attention:
+        raise ValueError(
+            f"`flash_attention=True` cannot be honoured: {reason}. Set "
+            "`flash_attention=None` to let the kernel choose. Received: "
+            f"query shape {tuple(query.shape)}, value shape {tuple(value.shape)}, "
+            f"return_scores={return_scores}"
+        )
+    return False
 
 
 def _chunk_size_for(chunk_size, q_len, k_len, return_scores, fused):
@@ -551,7 +462,7 @@ def scaled_dot_product_attention(
     FlashAttention); its backward pass recomputes each block's weights from
     the saved log-sum-exp instead of storing them. Its memory grows linearly
     with the sequence length, in training too, and its results equal the
-    plain path's (within float32 rounding, about 1e-6). The kernel picks:
+    plain path's within float32 rounding (the tests allow 1e-5). The kernel picks:
 
     - `return_scores=True` needs the full matrix: always the plain path.
     - An explicit `chunk_size` takes the chunked path, also on JAX and
@@ -596,10 +507,13 @@ def scaled_dot_product_attention(
         flash_attention: Optional boolean. `None` lets the kernel call the
             backend's fused kernel (`keras.ops.dot_product_attention` on the
             JAX and PyTorch backends) when the options allow it; `False`
-            forbids it. `True` passes `flash_attention=True` on to it: on JAX
-            and PyTorch it raises there when no flash kernel fits (on a CPU,
-            say), and TensorFlow, which has no fused kernel, ignores it. It
-            cannot be combined with `chunk_size`. Defaults to `None`.
+            forbids it. `True` insists on it and passes `flash_attention=True`
+            on: it raises a `ValueError` where the fused kernel cannot be
+            used (on TensorFlow, which has none; with `return_scores`; with
+            `value_dim != dim`; with dropout while training, as Keras does),
+            and the backend raises where no flash kernel fits (on a CPU,
+            say). It cannot be combined with `chunk_size`. Defaults to
+            `None`.
         chunk_size: Optional positive integer, the number of keys per block
             of the chunked path; asking for it takes that path (see above).
             Defaults to `None` (the kernel chooses).
@@ -619,16 +533,10 @@ def scaled_dot_product_attention(
     >>> tuple(out.shape), tuple(w.shape)
     ((2, 5, 4, 8), (2, 4, 5, 5))
     """
-    check_scale(scale)
+    check_positive_float("scale", scale, allow_none=True)
     check_positive_int("sliding_window", sliding_window, allow_none=True)
     check_rate("dropout", dropout)
-    check_positive_int("chunk_size", chunk_size, allow_none=True)
-    if chunk_size is not None and flash_attention:
-        raise ValueError(
-            "`chunk_size` and `flash_attention=True` ask for two different "
-            "paths; set only one of them. Received: "
-            f"chunk_size={chunk_size}, flash_attention={flash_attention}"
-        )
+    check_paths(chunk_size, flash_attention, dropout if training else 0.0)
     query, key, value = (
         t if isinstance(t, keras.KerasTensor) else ops.convert_to_tensor(t)
         for t in (query, key, value)
@@ -656,18 +564,11 @@ def scaled_dot_product_attention(
         spec = _SymbolicAttention(return_scores, squeezed)
         return spec.symbolic_call(query, key, value)
 
-    fused = _can_use_fused(
-        query, value, dropout, training, return_scores, flash_attention
+    fused = not (training and dropout > 0.0) and _can_use_fused(
+        query, value, return_scores, flash_attention
     )
     chunk = _chunk_size_for(chunk_size, q_len, k_len, return_scores, fused)
-    if chunk is not None and training and dropout > 0.0:
-        if chunk_size is not None:
-            raise ValueError(
-                "The chunked path (`chunk_size`) does not support dropout on "
-                "the attention weights. Set `dropout=0.0`, call with "
-                "`training=False`, or leave `chunk_size=None`. Received: "
-                f"chunk_size={chunk_size}, dropout={dropout}"
-            )
+    if chunk_size is None and training and dropout > 0.0:
         chunk = None  # The automatic choice keeps dropout: plain path.
 
     scores = None
@@ -682,16 +583,9 @@ def scaled_dot_product_attention(
         if positional is not None:
             mask = positional if mask is None else ops.logical_and(mask, positional)
         if fused:
-            # ---- Backend fast path (JAX, PyTorch).
-            output = ops.dot_product_attention(
-                query,
-                key,
-                ops.cast(value, query.dtype),
-                mask=mask,
-                scale=scale,
-                flash_attention=flash_attention,
+            output = _backend.fused_attention(
+                query, key, value, mask, scale, flash_attention
             )
-            output = ops.cast(output, value.dtype)
             if mask is not None:
                 # Fused kernels average uniformly over a fully-masked row;
                 # the package's rule is zeros.

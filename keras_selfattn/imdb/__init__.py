@@ -1,15 +1,11 @@
-"""The IMDB sentiment demo: data, model, command line and explain picture.
+"""The IMDB sentiment demo, read top to bottom.
 
-Importing this package stays light (Keras only): it registers the text
-standardization and the two small layers that saved models refer to, so that
-they load after `import keras_selfattn`. Use the submodules:
+- `data`: the reviews (`load`: bundled, an aclImdb folder, keras.datasets).
+- `model`: `build_model`, `compile_model`, `evaluate`, the layer names.
+- `train`: `TrainConfig` and `train(config)`.
+- `explain`: which words decided, and their picture.
+- `cli`: the `keras-selfattn` command (arguments and dispatch only).
 
-- `keras_selfattn.imdb.data`: the loaders (`load`, `load_bundled`, ...).
-- `keras_selfattn.imdb.model`: `build_model`, `compile_model`, `ReviewBatches`.
-- `keras_selfattn.imdb.explain`: the attention picture.
-- `keras_selfattn.imdb.cli`: the `keras-selfattn` command.
+`import keras_selfattn` never imports this package; the text pieces that
+saved demo models refer to live in the library (`keras_selfattn.text`).
 """
-
-from keras_selfattn.imdb.text import BigramEmbedding, ClipSequence, standardize
-
-__all__ = ["BigramEmbedding", "ClipSequence", "standardize"]

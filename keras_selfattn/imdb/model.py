@@ -22,10 +22,10 @@ from collections.abc import Sequence
 import keras
 import numpy as np
 
-from keras_selfattn.imdb.text import BigramEmbedding, ClipSequence, standardize
 from keras_selfattn.layers.encoder import TransformerEncoder
 from keras_selfattn.layers.pooling import AttentionPooling
 from keras_selfattn.layers.position import TokenAndPositionEmbedding
+from keras_selfattn.text import BigramEmbedding, ClipSequence, standardize
 
 __all__ = ["DEFAULTS", "ReviewBatches", "build_model", "compile_model"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import keras
 from keras import ops
 
 from keras_selfattn._validation import invalid
@@ -38,3 +39,12 @@ def zero_padded(outputs, query_mask):
         return outputs
     keep = ops.cast(query_mask, outputs.dtype)
     return ops.multiply(outputs, ops.expand_dims(keep, -1))
+
+
+def clone_initializer(initializer: keras.initializers.Initializer):
+    """A fresh instance of `initializer`, as Keras gives each sub-layer.
+
+    Unseeded, two sub-layers then start from different values; a seeded
+    initializer gives each the same start, as in Keras.
+    """
+    return initializer.__class__.from_config(initializer.get_config())

@@ -6,13 +6,24 @@ import keras
 from keras import activations, initializers
 
 from keras_selfattn._validation import (
+    check_known_last_dim,
     check_positive_int,
     check_rank,
     check_rate,
     invalid,
 )
-from keras_selfattn.layers._common import check_keras_mask, zero_padded
+from keras_selfattn.layers._common import (
+    check_keras_mask,
+    clone_initializer,
+    zero_padded,
+)
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+
+# The attention layers a block can be built on (same constructor and weights).
+_ATTENTION_LAYERS = {
+    "keras_selfattn": MultiHeadAttention,
+    "keras": keras.layers.MultiHeadAttention,
+}
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
@@ -56,6 +67,12 @@ class TransformerEncoder(keras.layers.Layer):
         bias_initializer: Initializer for the dense biases.
             Defaults to `"zeros"`.
         seed: Optional integer seed for the dropouts. Defaults to `None`.
+        attention: String, the attention layer of the block:
+            `"keras_selfattn"` (`keras_selfattn.MultiHeadAttention`) or
+            `"keras"` (`keras.layers.MultiHeadAttention`, to compare the two
+            in the same model; its padded positions are still zeroed on the
+            way out). Both have the same weights. Defaults to
+            `"keras_selfattn"`.
         **kwargs: Base layer arguments, such as `name` and `dtype`.
 
     Call arguments:
@@ -83,10 +100,6 @@ class TransformerEncoder(keras.layers.Layer):
     >>> model = keras.Model(ids, probability)
     """
 
-    # The attention layer class; a private seam so that the benchmark can
-    # build the same block on `keras.layers.MultiHeadAttention`.
-    _attention_class = MultiHeadAttention
-
     def __init__(
         self,
         intermediate_dim: int,
@@ -99,9 +112,16 @@ class TransformerEncoder(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         seed: int | None = None,
+        attention: str = "keras_selfattn",
         **kwargs,
     ):
         check_positive_int("intermediate_dim", intermediate_dim)
+        if attention not in _ATTENTION_LAYERS:
+            raise invalid(
+                "attention",
+                f"one of {', '.join(map(repr, _ATTENTION_LAYERS))}",
+                attention,
+            )
         check_positive_int("num_heads", num_heads)
         check_rate("dropout", dropout)
         check_rate("attention_dropout", attention_dropout)
@@ -122,24 +142,20 @@ class TransformerEncoder(keras.layers.Layer):
         self.kernel_initializer = initializers.get(kernel_initializer)
         self.bias_initializer = initializers.get(bias_initializer)
         self.seed = seed
+        self.attention = attention
         self.supports_masking = True
 
     def _initializers(self):
         """Fresh initializer instances, so that no two kernels start equal."""
         return {
-            "kernel_initializer": self.kernel_initializer.__class__.from_config(
-                self.kernel_initializer.get_config()
-            ),
-            "bias_initializer": self.bias_initializer.__class__.from_config(
-                self.bias_initializer.get_config()
-            ),
+            "kernel_initializer": clone_initializer(self.kernel_initializer),
+            "bias_initializer": clone_initializer(self.bias_initializer),
         }
 
     def build(self, input_shape):
         check_rank("inputs", input_shape, 3, "(batch, seq, hidden_dim)")
         hidden_dim = input_shape[-1]
-        if hidden_dim is None:
-            raise invalid("inputs", "a known last (hidden_dim) dimension", input_shape)
+        check_known_last_dim("inputs", input_shape, "hidden_dim")
         if hidden_dim % self.num_heads:
             raise invalid(
                 "num_heads",
@@ -148,7 +164,7 @@ class TransformerEncoder(keras.layers.Layer):
             )
         policy = self.dtype_policy
         seed = None if self.seed is None else self.seed + 1
-        self.attention_layer = self._attention_class(
+        self.attention_layer = _ATTENTION_LAYERS[self.attention](
             num_heads=self.num_heads,
             key_dim=hidden_dim // self.num_heads,
             dropout=self.attention_dropout,
@@ -265,5 +281,6 @@ class TransformerEncoder(keras.layers.Layer):
             "kernel_initializer": initializers.serialize(self.kernel_initializer),
             "bias_initializer": initializers.serialize(self.bias_initializer),
             "seed": self.seed,
+            "attention": self.attention,
         }
         return {**base_config, **config}

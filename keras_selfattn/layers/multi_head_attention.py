@@ -8,15 +8,20 @@ import keras
 from keras import constraints, initializers, ops, regularizers
 
 from keras_selfattn._validation import (
-    check_chunk_size,
+    check_paths,
+    check_positive_float,
     check_positive_int,
     check_rank,
     check_rate,
-    check_scale,
     invalid,
 )
 from keras_selfattn.attention import scaled_dot_product_attention
-from keras_selfattn.layers._common import check_keras_mask, padding_mask, zero_padded
+from keras_selfattn.layers._common import (
+    check_keras_mask,
+    clone_initializer,
+    padding_mask,
+    zero_padded,
+)
 
 _LAYOUT = "(batch, seq, features)"
 
@@ -80,9 +85,11 @@ class MultiHeadAttention(keras.layers.Layer):
         sliding_window: Optional positive integer `w`: query `i` attends only
             to keys `j` with `|i - j| < w`. Defaults to `None`.
         flash_attention: Optional boolean. `None` uses the backend's fused
-            kernel when the options allow; `True` insists on it (and then
-            forbids `dropout` and `return_attention_scores`, as Keras does);
-            `False` never uses it. Defaults to `None`.
+            kernel when the options allow; `True` insists on it: it forbids
+            `dropout` and `return_attention_scores` (as Keras does) and
+            raises a `ValueError` where the kernel cannot use it (see
+            `keras_selfattn.scaled_dot_product_attention`); `False` never
+            uses it. Defaults to `None`.
         kernel_initializer: Initializer for the dense kernels.
             Defaults to `"glorot_uniform"`.
         bias_initializer: Initializer for the dense biases.
@@ -106,10 +113,11 @@ class MultiHeadAttention(keras.layers.Layer):
         chunk_size: Optional positive integer. If set, attention runs over
             blocks of `chunk_size` keys with an online softmax, in memory
             linear in the sequence length (training too; see
-            `keras_selfattn.scaled_dot_product_attention`); it cannot be
-            combined with `flash_attention=True`. Defaults to `None`, which
-            lets the kernel choose: the chunked path for long sequences, the
-            plain one otherwise.
+            `keras_selfattn.scaled_dot_product_attention`). That path has
+            no dropout: `chunk_size` with `dropout > 0`, or with
+            `flash_attention=True`, raises a `ValueError` here, in the
+            constructor. Defaults to `None`, which lets the kernel choose:
+            the chunked path for long sequences, the plain one otherwise.
         **kwargs: Base layer arguments, such as `name` and `dtype`.
 
     Call arguments:
@@ -173,14 +181,8 @@ class MultiHeadAttention(keras.layers.Layer):
         check_positive_int("value_dim", value_dim, allow_none=True)
         check_rate("dropout", dropout)
         check_positive_int("sliding_window", sliding_window, allow_none=True)
-        check_scale(scale)
-        check_chunk_size(chunk_size, dropout)
-        if chunk_size is not None and flash_attention:
-            raise ValueError(
-                "`chunk_size` and `flash_attention=True` ask for two different "
-                "attention paths; set only one of them. Received: "
-                f"chunk_size={chunk_size}, flash_attention={flash_attention}"
-            )
+        check_positive_float("scale", scale, allow_none=True)
+        check_paths(chunk_size, flash_attention, dropout)
         if isinstance(output_shape, int):
             output_shape = (output_shape,)
         if output_shape is not None:
@@ -206,19 +208,13 @@ class MultiHeadAttention(keras.layers.Layer):
                     "sequence axis of 3-D inputs only; `attention_axes` must "
                     f"be None. Received: attention_axes={attention_axes}"
                 )
-        if flash_attention and dropout > 0.0:
-            raise ValueError(
-                "Dropout is not supported when flash attention is enabled. "
-                "Set `dropout=0.0` or `flash_attention=None`. Received: "
-                f"dropout={dropout}, flash_attention={flash_attention}"
-            )
         super().__init__(activity_regularizer=activity_regularizer, **kwargs)
         self.num_heads = num_heads
         self.key_dim = key_dim
         self.value_dim = value_dim
         self.dropout = dropout
         self.use_bias = use_bias
-        self.output_shape = output_shape
+        self._output_shape = output_shape
         self.attention_axes = attention_axes
         self.sliding_window = sliding_window
         self.flash_attention = flash_attention
@@ -244,19 +240,13 @@ class MultiHeadAttention(keras.layers.Layer):
         # A fresh initializer per sub-layer, as Keras does: unseeded, two
         # projections start from different values; a seeded initializer
         # gives every projection the same start, as in Keras.
-        kernel_init = self.kernel_initializer.__class__.from_config(
-            self.kernel_initializer.get_config()
-        )
-        bias_init = self.bias_initializer.__class__.from_config(
-            self.bias_initializer.get_config()
-        )
         dense = keras.layers.EinsumDense(
             equation,
             output_shape=(None,) + tuple(out_shape),
             bias_axes=bias_axes if self.use_bias else None,
             activation=activation,
-            kernel_initializer=kernel_init,
-            bias_initializer=bias_init,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
             kernel_regularizer=self.kernel_regularizer,
             bias_regularizer=self.bias_regularizer,
             kernel_constraint=self.kernel_constraint,
@@ -298,7 +288,7 @@ class MultiHeadAttention(keras.layers.Layer):
             self._gate_dense.build(query_shape)
         self._value_dense = self._dense("value", 1, value_heads)
         self._value_dense.build(value_shape)
-        out = self.output_shape or (query_shape[-1],)
+        out = self._output_shape or (query_shape[-1],)
         self._output_dense = self._dense("attention_output", 2, out)
         self._output_dense.build(tuple(query_shape[:2]) + value_heads)
 
@@ -398,8 +388,8 @@ class MultiHeadAttention(keras.layers.Layer):
         return output
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
-        if self.output_shape:
-            return tuple(query_shape[:-1]) + self.output_shape
+        if self._output_shape:
+            return tuple(query_shape[:-1]) + self._output_shape
         return tuple(query_shape)
 
     def compute_output_spec(
@@ -437,7 +427,7 @@ class MultiHeadAttention(keras.layers.Layer):
             "value_dim": self.value_dim,
             "dropout": self.dropout,
             "use_bias": self.use_bias,
-            "output_shape": self.output_shape,
+            "output_shape": self._output_shape,
             "attention_axes": self.attention_axes,
             "sliding_window": self.sliding_window,
             "flash_attention": self.flash_attention,

@@ -6,10 +6,11 @@ import keras
 from keras import activations, constraints, initializers, ops, regularizers
 
 from keras_selfattn._validation import (
+    check_known_last_dim,
+    check_positive_float,
     check_positive_int,
     check_rank,
     check_rate,
-    check_scale,
     invalid,
 )
 from keras_selfattn.attention import scaled_dot_product_attention
@@ -112,7 +113,7 @@ class AttentionPooling(keras.layers.Layer):
         check_positive_int("num_heads", num_heads)
         check_positive_int("key_dim", key_dim, allow_none=True)
         check_rate("dropout", dropout)
-        check_scale(scale)
+        check_positive_float("scale", scale, allow_none=True)
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.key_dim = key_dim
@@ -138,8 +139,7 @@ class AttentionPooling(keras.layers.Layer):
     def build(self, input_shape):
         check_rank("inputs", input_shape, 3, "(batch, seq, features)")
         features = input_shape[-1]
-        if features is None:
-            raise invalid("inputs", "a known last (features) dimension", input_shape)
+        check_known_last_dim("inputs", input_shape, "features")
         if features % self.num_heads:
             raise invalid(
                 "num_heads",

@@ -6,11 +6,12 @@ import keras
 from keras import constraints, initializers, ops, regularizers
 
 from keras_selfattn._validation import (
-    check_chunk_size,
+    check_known_last_dim,
+    check_paths,
+    check_positive_float,
     check_positive_int,
     check_rank,
     check_rate,
-    check_scale,
     invalid,
 )
 from keras_selfattn.attention import scaled_dot_product_attention
@@ -62,8 +63,10 @@ class SelfAttention(keras.layers.Layer):
         chunk_size: Optional positive integer. If set, attention runs over
             blocks of `chunk_size` keys with an online softmax, in memory
             linear in the sequence length (training too; see
-            `keras_selfattn.scaled_dot_product_attention`). Defaults to
-            `None`, which lets the kernel choose: the chunked path for long
+            `keras_selfattn.scaled_dot_product_attention`). That path has
+            no dropout: `chunk_size` with `dropout > 0` raises a
+            `ValueError` here, in the constructor. Defaults to `None`,
+            which lets the kernel choose: the chunked path for long
             sequences, the plain one otherwise.
         kernel_initializer: Initializer for the projection kernels.
             Defaults to `"glorot_uniform"`.
@@ -140,8 +143,8 @@ class SelfAttention(keras.layers.Layer):
             )
         check_rate("dropout", dropout)
         check_positive_int("sliding_window", sliding_window, allow_none=True)
-        check_scale(scale)
-        check_chunk_size(chunk_size, dropout)
+        check_positive_float("scale", scale, allow_none=True)
+        check_paths(chunk_size, dropout=dropout)
         super().__init__(activity_regularizer=activity_regularizer, **kwargs)
         self.units = units
         self.num_heads = num_heads
@@ -194,8 +197,7 @@ class SelfAttention(keras.layers.Layer):
 
     def build(self, input_shape):
         check_rank("inputs", input_shape, 3, "(batch, seq, features)")
-        if input_shape[-1] is None:
-            raise invalid("inputs", "a known last (features) dimension", input_shape)
+        check_known_last_dim("inputs", input_shape, "features")
         # One fused kernel: columns [0:units] make Q, [units:2u] K, [2u:3u] V.
         self.qkv_kernel, self.qkv_bias = self._add_dense_weights(
             "qkv", input_shape[-1], 3 * self.units

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from keras_selfattn.imdb.model import ReviewBatches, build_model
-from keras_selfattn.imdb.text import BigramEmbedding, ClipSequence, standardize
+from keras_selfattn.text import BigramEmbedding, ClipSequence, standardize
 
 pytestmark = pytest.mark.tensorflow_only
 

@@ -14,10 +14,6 @@ def _np(x):
     return keras.ops.convert_to_numpy(x)
 
 
-class _KerasMHAEncoder(TransformerEncoder):
-    _attention_class = keras.layers.MultiHeadAttention
-
-
 def _layer_norm(x, gamma, beta, eps=1e-5):
     mean = x.mean(-1, keepdims=True)
     var = x.var(-1, keepdims=True)
@@ -68,9 +64,11 @@ def test_matches_reference_block(rng, normalize_first):
 def test_same_as_block_on_keras_multi_head_attention(rng):
     x = rng.normal(size=(2, 6, 8)).astype("float32")
     ours = TransformerEncoder(16, num_heads=2)
-    theirs = _KerasMHAEncoder(16, num_heads=2)
+    theirs = TransformerEncoder(16, num_heads=2, attention="keras")
     ours.build(x.shape)
     theirs.build(x.shape)
+    assert isinstance(theirs.attention_layer, keras.layers.MultiHeadAttention)
+    assert not isinstance(ours.attention_layer, keras.layers.MultiHeadAttention)
     theirs.set_weights(ours.get_weights())
     np.testing.assert_allclose(_np(ours(x)), _np(theirs(x)), rtol=1e-5, atol=1e-5)
 

@@ -1,18 +1,19 @@
-"""Text pieces that saved IMDB models refer to by name.
+"""Text pieces for models that read raw text: standardization, clipping, bigrams.
 
-`keras_selfattn` imports this module, so a fresh process that only ran
-`import keras_selfattn` can load a saved demo model without `custom_objects`.
+Saved models (the IMDB demo's among them) refer to these by their registered
+names (`keras_selfattn>standardize`, `keras_selfattn>ClipSequence`,
+`keras_selfattn>BigramEmbedding`). `import keras_selfattn` imports this
+module, so such a model loads in a fresh process without `custom_objects`.
 It imports nothing heavier than Keras; TensorFlow is imported when a text is
 standardized (`TextVectorization` runs on TensorFlow whatever the backend).
 """
 
 from __future__ import annotations
 
-import re
-
 import keras
 
 from keras_selfattn._validation import check_positive_int, check_rank
+from keras_selfattn.layers._common import zero_padded
 
 # HTML line breaks as they appear in the IMDB reviews: "<br />", "<br/>", "<br>".
 BREAK_TAG = r"<br\s*/?>"
@@ -20,11 +21,6 @@ BREAK_TAG = r"<br\s*/?>"
 _PUNCTUATION = r"""([!?.,;:()"*/\-])"""
 # Anything else that is not a letter, a digit, an apostrophe or a kept mark.
 _OTHER = r"""[^a-z0-9'!?.,;:()"*/\- ]"""
-
-
-def clean(text: str) -> str:
-    """Replaces the `<br />` tags of a raw review by spaces (plain Python)."""
-    return re.sub(BREAK_TAG, " ", text, flags=re.IGNORECASE)
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
@@ -187,10 +183,7 @@ class BigramEmbedding(keras.layers.Layer):
         length = ops.shape(inputs)[1]
         ids = ops.pad(ops.cast(bigram_ids, "int32"), [[0, 0], [1, 0]])[:, :length]
         ids = ops.pad(ids, [[0, 0], [0, length - ops.shape(ids)[1]]])
-        vectors = self.embedding(ids)
-        if mask is not None:
-            keep = ops.cast(mask, vectors.dtype)
-            vectors = ops.multiply(vectors, ops.expand_dims(keep, -1))
+        vectors = zero_padded(self.embedding(ids), mask)
         return ops.add(inputs, ops.cast(vectors, inputs.dtype))
 
     def compute_mask(self, inputs, mask=None):
@@ -213,4 +206,4 @@ class BigramEmbedding(keras.layers.Layer):
         }
 
 
-__all__ = ["BREAK_TAG", "BigramEmbedding", "ClipSequence", "clean", "standardize"]
+__all__ = ["BREAK_TAG", "BigramEmbedding", "ClipSequence", "standardize"]

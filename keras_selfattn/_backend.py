@@ -1,0 +1,152 @@
+"""The backend seam: all of the kernel's backend-specific code, in one place.
+
+`keras_selfattn.attention` is written with `keras.ops`; where a backend needs
+something of its own, the kernel calls one of these functions:
+
+- `fused_attention`: the backend's fused attention kernel
+  (`keras.ops.dot_product_attention`, which JAX and PyTorch back with cuDNN,
+  flash or memory-efficient kernels; TensorFlow has none).
+- `xla_fused`: XLA fusion of the chunked path's per-block elementwise math
+  (TensorFlow).
+- `scan_blocks`: the chunked path's sequential loop over key blocks
+  (`tf.while_loop`, `jax.lax.scan`, a Python loop).
+- `may_need_gradient`: whether the chunked path needs its custom gradient
+  (JAX differentiates only traced values).
+
+Nothing else in the package looks at `keras.backend.backend()` to compute
+attention.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+# The backends whose `keras.ops.dot_product_attention` is a fused kernel.
+FUSED_BACKENDS = ("jax", "torch")
+
+
+def has_fused_kernel() -> bool:
+    """Whether the current backend has a fused attention kernel."""
+    return keras.backend.backend() in FUSED_BACKENDS
+
+
+def fused_attention(query, key, value, mask, scale, flash_attention):
+    """The backend's fused kernel on 4-D (batch, seq, heads, dim) inputs.
+
+    Returns the output in the dtype of `value`. Rows with no allowed key
+    come back as the kernel makes them (a uniform average): the caller
+    zeroes them.
+    """
+    output = ops.dot_product_attention(
+        query,
+        key,
+        ops.cast(value, query.dtype),
+        mask=mask,
+        scale=scale,
+        flash_attention=flash_attention,
+    )
+    return ops.cast(output, value.dtype)
+
+
+# JAX runs the block loop as a Python loop (rather than lax.scan) when the
+# whole (batch, heads, q_len, k_len) matrix would have at most this many
+# elements: then compiling is faster, and memory is no concern even if XLA
+# schedules the unrolled blocks side by side.
+_UNROLL_MAX_ELEMENTS = 1 << 22
+
+_FUSED_CACHE = {}
+
+
+def xla_fused(fn):
+    """Returns `fn`, compiled where that fuses its elementwise ops.
+
+    On TensorFlow each op of a block's softmax math (where, max, subtract,
+    exp, sum) would be its own pass over the (batch, heads, q_len, chunk)
+    block; compiled with XLA (`jit_compile=True`) the chain runs as one or
+    two loops, which makes the chunked path about 10% faster on CPU. JAX
+    fuses by itself under `jit`; PyTorch runs `fn` as it is.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return fn
+    if fn not in _FUSED_CACHE:
+        import tensorflow as tf
+
+        _FUSED_CACHE[fn] = tf.function(fn, jit_compile=True, reduce_retracing=True)
+    return _FUSED_CACHE[fn]
+
+
+def may_need_gradient(*tensors) -> bool:
+    """False when no gradient can be taken through `tensors`.
+
+    JAX differentiates by tracing, so concrete (eager) arrays never need one;
+    skipping the custom-gradient wrapper there spares a compilation per call.
+    The other backends always get the wrapper.
+    """
+    if keras.backend.backend() != "jax":
+        return True
+    import jax
+
+    return any(isinstance(t, jax.core.Tracer) for t in tensors)
+
+
+def scan_blocks(step, carry, xs, ys_specs, work=None):
+    """Runs `carry, ys = step(carry, x)` over the leading axis of `xs`, in order.
+
+    A sequential loop whose
+    per-iteration outputs are stacked, without keeping any other
+    per-iteration tensor alive (so the loop does not bring quadratic memory
+    back). TensorFlow gets a `tf.while_loop` with `parallel_iterations=1`
+    (one block in flight) and `TensorArray`s, which also works in graph mode
+    and under XLA (`jit_compile=True`); JAX gets `jax.lax.scan` (or, with
+    a Python loop when `work` is at most `_UNROLL_MAX_ELEMENTS`: no scan to
+    compile for small problems);
+    PyTorch, which runs eagerly, a Python loop.
+
+    Args:
+        step: Function `(carry, x) -> (carry, ys)`; `carry` and `ys` are
+            tuples of tensors, `x` is the tuple of the `xs` at one index.
+        carry: Tuple of tensors, the initial carry.
+        xs: Tuple of tensors sharing a static leading (block) axis.
+        ys_specs: Tuple of `(shape, dtype)`, one per tensor in `ys`; shapes
+            without the block axis, `None` for an unknown dimension.
+        work: Optional integer, the number of elements of the whole
+            (batch, heads, q_len, k_len) problem; JAX unrolls the loop when
+            it is small. Defaults to `None` (never unroll).
+
+    Returns:
+        The tuple `(carry, ys)`, each `ys` stacked on a new leading axis.
+    """
+    backend = keras.backend.backend()
+    num_blocks = int(xs[0].shape[0])
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        arrays = tuple(
+            tf.TensorArray(dtype, size=num_blocks, element_shape=shape)
+            for shape, dtype in ys_specs
+        )
+
+        def body(i, carry, arrays):
+            carry, ys = step(carry, tuple(x[i] for x in xs))
+            arrays = tuple(a.write(i, y) for a, y in zip(arrays, ys, strict=True))
+            return i + 1, carry, arrays
+
+        _, carry, arrays = tf.while_loop(
+            lambda i, *_: i < num_blocks,
+            body,
+            (tf.constant(0), tuple(carry), arrays),
+            parallel_iterations=1,
+        )
+        return carry, tuple(a.stack() for a in arrays)
+    unroll = work is not None and work <= _UNROLL_MAX_ELEMENTS
+    if backend == "jax" and not unroll:
+        import jax
+
+        return jax.lax.scan(step, tuple(carry), tuple(xs))
+    outputs = []
+    for i in range(num_blocks):
+        carry, ys = step(carry, tuple(x[i] for x in xs))
+        outputs.append(ys)
+    ys = tuple(ops.stack(list(y), axis=0) for y in zip(*outputs, strict=True))
+    return carry, ys
