@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from keras_selfattn.imdb import cli
-from tests.imdb.acl import write_acl
+from tests.helpers import write_acl
 
 pytestmark = pytest.mark.tensorflow_only
 

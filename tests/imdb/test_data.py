@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from keras_selfattn.imdb import data
+from tests.helpers import write_reviews
 
 pytestmark = pytest.mark.tensorflow_only
 
@@ -48,21 +49,13 @@ def test_limit(bundled):
     assert small.test_texts is bundled.test_texts
 
 
-def _write_acl(root, split, reviews):
-    for label, texts in reviews.items():
-        folder = root / split / label
-        folder.mkdir(parents=True)
-        for i, text in enumerate(texts):
-            (folder / f"{i}_7.txt").write_text(text, encoding="utf-8")
-
-
 def test_folder_loader(tmp_path):
-    _write_acl(
+    write_reviews(
         tmp_path,
         "train",
         {"pos": ["Great film.<br /><br />Loved it", "Superb"], "neg": ["Awful"]},
     )
-    _write_acl(tmp_path, "test", {"pos": ["Nice"], "neg": ["Bad<br/>bad"]})
+    write_reviews(tmp_path, "test", {"pos": ["Nice"], "neg": ["Bad<br/>bad"]})
     loaded = data.load(str(tmp_path))
     train = zip(loaded.train_texts, loaded.train_labels.tolist(), strict=True)
     test = zip(loaded.test_texts, loaded.test_labels.tolist(), strict=True)
@@ -78,7 +71,7 @@ def test_folder_loader(tmp_path):
 
 
 def test_folder_loader_missing_part(tmp_path):
-    _write_acl(tmp_path, "train", {"pos": ["a"], "neg": ["b"]})
+    write_reviews(tmp_path, "train", {"pos": ["a"], "neg": ["b"]})
     with pytest.raises(data.DataError, match="test"):
         data.load_folder(tmp_path)
 

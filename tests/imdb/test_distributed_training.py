@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.imdb.acl import write_acl
+from tests.helpers import write_acl
 
 pytestmark = [pytest.mark.tensorflow_only, pytest.mark.distributed, pytest.mark.slow]
 

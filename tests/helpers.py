@@ -1,0 +1,86 @@
+"""Helpers shared by the test modules: arrays, gradients, tiny data sets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import keras
+import numpy as np
+
+BACKEND = keras.backend.backend()
+
+
+def to_numpy(x) -> np.ndarray:
+    """Any backend tensor (or array) as a NumPy array."""
+    return keras.ops.convert_to_numpy(x)
+
+
+def output_and_grads(
+    fn: Callable, args: Sequence[np.ndarray], upstream: np.ndarray
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """`fn(*args)` and the gradients of `sum(fn(*args) * upstream)` wrt `args`.
+
+    Differentiates with the current backend's own machinery
+    (`tf.GradientTape`, `jax.value_and_grad` under `jax.jit`, torch autograd).
+    """
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        args = [tf.constant(a) for a in args]
+        with tf.GradientTape() as tape:
+            tape.watch(args)
+            out = fn(*args)
+            loss = tf.reduce_sum(out * upstream)
+        return to_numpy(out), [to_numpy(g) for g in tape.gradient(loss, args)]
+    if BACKEND == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        def loss(*a):
+            out = fn(*a)
+            return jnp.sum(out * upstream), out
+
+        argnums = tuple(range(len(args)))
+        run = jax.jit(jax.value_and_grad(loss, argnums, has_aux=True))
+        (_, out), grads = run(*args)
+        return to_numpy(out), [to_numpy(g) for g in grads]
+    import torch
+
+    args = [torch.tensor(a, requires_grad=True) for a in args]
+    out = fn(*args)
+    (out * torch.tensor(upstream)).sum().backward()
+    return to_numpy(out.detach()), [to_numpy(a.grad) for a in args]
+
+
+def gradients(fn: Callable, *arrays: np.ndarray) -> list[np.ndarray]:
+    """The gradients of the scalar `fn(*arrays)` wrt `arrays`, as NumPy."""
+    upstream = np.ones((), dtype=arrays[0].dtype)
+    return output_and_grads(fn, arrays, upstream)[1]
+
+
+def write_reviews(root: Path, split: str, reviews: Mapping[str, Sequence[str]]):
+    """Writes `reviews` ({"pos": [...], "neg": [...]}) as aclImdb `.txt` files."""
+    for label, texts in reviews.items():
+        folder = root / split / label
+        folder.mkdir(parents=True)
+        for i, text in enumerate(texts):
+            (folder / f"{i}_7.txt").write_text(text, encoding="utf-8")
+
+
+def write_acl(root: Path, n_train: int, n_test: int) -> Path:
+    """A tiny aclImdb folder of easy synthetic reviews, `n // 2` per class."""
+    words = {"pos": ["great", "superb", "loved"], "neg": ["awful", "boring", "hated"]}
+    for split, n in (("train", n_train), ("test", n_test)):
+        write_reviews(
+            root,
+            split,
+            {
+                label: [
+                    f"The film was {mood[i % 3]}, I {mood[(i + 1) % 3]} it."
+                    for i in range(n // 2)
+                ]
+                for label, mood in words.items()
+            },
+        )
+    return root
