@@ -8,21 +8,27 @@ import keras
 import numpy as np
 import pytest
 
-BACKEND = keras.backend.backend()
+from tests.helpers import BACKEND
 
 
 def pytest_report_header(config):
     return f"keras {keras.__version__}, backend: {BACKEND}"
 
 
+# Tests with these marks run in the TensorFlow pass only: they need TensorFlow
+# (the demo, tf.function, tf.distribute), or they would test the same thing on
+# every backend (argument checks, configs).
+_ONE_PASS_MARKS = ("tensorflow_only", "backend_independent")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Deselects TensorFlow-only tests (the demo, tf.function, tf.distribute)
-    on the JAX and PyTorch backends: they are run in the TensorFlow pass."""
+    """Deselects the one-pass tests on the JAX and PyTorch backends."""
     if BACKEND == "tensorflow":
         return
     keep, drop = [], []
     for item in items:
-        (drop if item.get_closest_marker("tensorflow_only") else keep).append(item)
+        one_pass = any(item.get_closest_marker(m) for m in _ONE_PASS_MARKS)
+        (drop if one_pass else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -30,10 +36,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _seeded_and_float32():
+    """Every test starts seeded, under the float32 policy, and leaves it so."""
     keras.utils.set_random_seed(1234)
-    policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float32")
     yield
-    keras.config.set_dtype_policy(policy)
+    keras.config.set_dtype_policy("float32")
 
 
 @pytest.fixture

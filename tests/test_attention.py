@@ -8,12 +8,8 @@ import pytest
 from keras import ops
 
 from keras_selfattn import scaled_dot_product_attention
-from tests.conftest import BACKEND
+from tests.helpers import gradients, to_numpy
 from tests.reference import reference_attention
-
-
-def _np(x):
-    return keras.ops.convert_to_numpy(x)
 
 
 def _random(rng, *shape, dtype="float32"):
@@ -33,10 +29,10 @@ def test_golden_two_tokens_by_hand():
     v = np.array([[[1.0, 2.0], [3.0, 4.0]]], dtype="float32")
     out, weights = scaled_dot_product_attention(q, q, v, return_scores=True)
     np.testing.assert_allclose(
-        _np(weights)[0, 0], [[0.66976, 0.33024], [0.33024, 0.66976]], atol=1e-5
+        to_numpy(weights)[0, 0], [[0.66976, 0.33024], [0.33024, 0.66976]], atol=1e-5
     )
     np.testing.assert_allclose(
-        _np(out)[0], [[1.66048, 2.66048], [2.33952, 3.33952]], atol=1e-5
+        to_numpy(out)[0], [[1.66048, 2.66048], [2.33952, 3.33952]], atol=1e-5
     )
 
 
@@ -49,9 +45,9 @@ def test_golden_causal_first_row_sees_only_itself():
         q, q, v, causal=True, return_scores=True
     )
     np.testing.assert_allclose(
-        _np(weights)[0, 0], [[1.0, 0.0], [0.33024, 0.66976]], atol=1e-5
+        to_numpy(weights)[0, 0], [[1.0, 0.0], [0.33024, 0.66976]], atol=1e-5
     )
-    np.testing.assert_allclose(_np(out)[0, 0], [1.0, 2.0], atol=1e-6)
+    np.testing.assert_allclose(to_numpy(out)[0, 0], [1.0, 2.0], atol=1e-6)
 
 
 def test_scale_is_inverse_sqrt_of_key_size_per_head(rng):
@@ -62,19 +58,19 @@ def test_scale_is_inverse_sqrt_of_key_size_per_head(rng):
     for wrong_scale in (1 / np.sqrt(32), 1 / np.sqrt(6), 1 / 8.0, 1.0):
         wrong = np.exp(logits * wrong_scale)
         wrong /= wrong.sum(-1, keepdims=True)
-        assert not np.allclose(_np(weights), wrong, atol=1e-4)
+        assert not np.allclose(to_numpy(weights), wrong, atol=1e-4)
     right = np.exp(logits / np.sqrt(8))
     right /= right.sum(-1, keepdims=True)
-    np.testing.assert_allclose(_np(weights), right, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(weights), right, atol=1e-5)
 
 
 def test_scale_is_applied_before_the_softmax(rng):
     q, k, v = (_random(rng, 1, 5, 4) for _ in range(3))
     _, weights = scaled_dot_product_attention(q, k, v, scale=0.1, return_scores=True)
     # Rows of the weights sum to one, which scaling after a softmax breaks.
-    np.testing.assert_allclose(_np(weights).sum(-1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(weights).sum(-1), 1.0, atol=1e-6)
     _, expected = reference_attention(q, k, v, scale=0.1)
-    np.testing.assert_allclose(_np(weights), expected, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(weights), expected, atol=1e-6)
 
 
 # ------------------------------------------------------------- NumPy reference
@@ -103,8 +99,8 @@ def test_matches_numpy_reference(rng, shapes, options):
     out, weights = scaled_dot_product_attention(q, k, v, return_scores=True, **options)
     ref_out, ref_weights = reference_attention(q, k, v, **options)
     assert tuple(out.shape) == ref_out.shape
-    np.testing.assert_allclose(_np(out), ref_out, atol=1e-5)
-    np.testing.assert_allclose(_np(weights), ref_weights, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(out), ref_out, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(weights), ref_weights, atol=1e-6)
 
 
 @pytest.mark.parametrize("options", _OPTIONS.values(), ids=_OPTIONS.keys())
@@ -119,9 +115,9 @@ def test_fast_path_matches_plain_path(rng, options):
         q, k, v, mask, flash_attention=False, **options
     )
     ref, _ = reference_attention(q, k, v, mask, **options)
-    np.testing.assert_allclose(_np(fast), ref, atol=1e-5)
-    np.testing.assert_allclose(_np(plain), ref, atol=1e-5)
-    np.testing.assert_array_equal(_np(fast)[0, 1], 0.0)
+    np.testing.assert_allclose(to_numpy(fast), ref, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(plain), ref, atol=1e-5)
+    np.testing.assert_array_equal(to_numpy(fast)[0, 1], 0.0)
 
 
 # ------------------------------------------------------------------------ masks
@@ -142,8 +138,8 @@ def test_mask_shapes_broadcast_like_the_reference(rng, mask_shape):
     mask = rng.random(mask_shape) > 0.4
     out, weights = scaled_dot_product_attention(q, k, v, mask, return_scores=True)
     ref_out, ref_weights = reference_attention(q, k, v, mask)
-    np.testing.assert_allclose(_np(out), ref_out, atol=1e-5)
-    np.testing.assert_allclose(_np(weights), ref_weights, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(out), ref_out, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(weights), ref_weights, atol=1e-6)
 
 
 def test_masked_keys_get_exactly_zero_weight(rng):
@@ -151,8 +147,8 @@ def test_masked_keys_get_exactly_zero_weight(rng):
     mask = np.ones((2, 6, 6), dtype=bool)
     mask[:, :, 4:] = False
     _, weights = scaled_dot_product_attention(q, k, v, mask, return_scores=True)
-    assert np.all(_np(weights)[..., 4:] == 0.0)
-    np.testing.assert_allclose(_np(weights).sum(-1), 1.0, atol=1e-6)
+    assert np.all(to_numpy(weights)[..., 4:] == 0.0)
+    np.testing.assert_allclose(to_numpy(weights).sum(-1), 1.0, atol=1e-6)
 
 
 def test_masked_keys_do_not_influence_the_output(rng):
@@ -164,7 +160,7 @@ def test_masked_keys_do_not_influence_the_output(rng):
     v2[:, 4:] = -1e4
     a = scaled_dot_product_attention(q, k, v, mask)
     b = scaled_dot_product_attention(q, k2, v2, mask)
-    np.testing.assert_array_equal(_np(a), _np(b))
+    np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
 
 
 @pytest.mark.parametrize("flash", [None, False], ids=["default_path", "plain_path"])
@@ -173,26 +169,26 @@ def test_fully_masked_rows_are_zero_not_nan(rng, flash):
     mask = np.ones((2, 4, 4), dtype=bool)
     mask[0, 2] = False
     mask[1] = False
-    out = _np(scaled_dot_product_attention(q, k, v, mask, flash_attention=flash))
+    out = to_numpy(scaled_dot_product_attention(q, k, v, mask, flash_attention=flash))
     assert np.all(np.isfinite(out))
     np.testing.assert_array_equal(out[0, 2], 0.0)
     np.testing.assert_array_equal(out[1], 0.0)
     _, weights = scaled_dot_product_attention(q, k, v, mask, return_scores=True)
-    np.testing.assert_array_equal(_np(weights)[1], 0.0)
-    np.testing.assert_array_equal(_np(weights)[0, :, 2], 0.0)
+    np.testing.assert_array_equal(to_numpy(weights)[1], 0.0)
+    np.testing.assert_array_equal(to_numpy(weights)[0, :, 2], 0.0)
 
 
 def test_window_larger_than_sequence_is_full_attention(rng):
     q, k, v = (_random(rng, 1, 5, 4) for _ in range(3))
     a = scaled_dot_product_attention(q, k, v, sliding_window=99)
     b = scaled_dot_product_attention(q, k, v)
-    np.testing.assert_allclose(_np(a), _np(b), atol=1e-6)
+    np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=1e-6)
 
 
 def test_window_of_one_attends_to_self_only(rng):
     q, k, v = (_random(rng, 1, 5, 4) for _ in range(3))
     out = scaled_dot_product_attention(q, k, v, sliding_window=1)
-    np.testing.assert_allclose(_np(out), v, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(out), v, atol=1e-6)
 
 
 def test_integer_mask_is_read_as_boolean(rng):
@@ -200,7 +196,7 @@ def test_integer_mask_is_read_as_boolean(rng):
     mask = (rng.random((1, 4, 4)) > 0.3).astype("int32")
     a = scaled_dot_product_attention(q, k, v, mask)
     b = scaled_dot_product_attention(q, k, v, mask.astype(bool))
-    np.testing.assert_array_equal(_np(a), _np(b))
+    np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
 
 
 # --------------------------------------------------------------- gradients
@@ -215,32 +211,11 @@ def test_gradients_are_finite_with_fully_masked_rows(rng):
         out = scaled_dot_product_attention(q, k, v, mask, flash_attention=False)
         return ops.sum(out**2)
 
-    grads = _gradients(loss, q, k, v)
+    grads = gradients(loss, q, k, v)
     for grad in grads:
         assert np.all(np.isfinite(grad))
     # Row 1 attends to nothing, so its query gets no gradient.
     np.testing.assert_array_equal(grads[0][0, 1], 0.0)
-
-
-def _gradients(fn, *arrays):
-    """d fn / d arrays on the current backend, as NumPy arrays."""
-    if BACKEND == "tensorflow":
-        import tensorflow as tf
-
-        tensors = [tf.Variable(a) for a in arrays]
-        with tf.GradientTape() as tape:
-            value = fn(*tensors)
-        return [g.numpy() for g in tape.gradient(value, tensors)]
-    if BACKEND == "jax":
-        import jax
-
-        grads = jax.grad(fn, argnums=tuple(range(len(arrays))))(*arrays)
-        return [np.asarray(g) for g in grads]
-    import torch
-
-    tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
-    fn(*tensors).backward()
-    return [t.grad.numpy() for t in tensors]
 
 
 def test_gradients_match_numpy_finite_differences(rng):
@@ -249,7 +224,7 @@ def test_gradients_match_numpy_finite_differences(rng):
     def loss(q, k, v):
         return ops.sum(scaled_dot_product_attention(q, k, v, causal=True) ** 2)
 
-    grads = _gradients(loss, q, k, v)
+    grads = gradients(loss, q, k, v)
     eps = 1e-6
     for index, array in enumerate((q, k, v)):
         numeric = np.zeros_like(array)
@@ -277,10 +252,10 @@ def test_half_precision_logits_that_overflow_float16(rng, dtype):
     cast = [ops.cast(t, dtype) for t in (q, k, v)]
     out, _ = scaled_dot_product_attention(*cast, return_scores=True)
     assert keras.backend.standardize_dtype(out.dtype) == dtype
-    out = _np(ops.cast(out, "float32"))
+    out = to_numpy(ops.cast(out, "float32"))
     assert np.all(np.isfinite(out))
     # The reference sees the same rounded inputs.
-    rounded = [_np(ops.cast(t, "float32")) for t in cast]
+    rounded = [to_numpy(ops.cast(t, "float32")) for t in cast]
     ref, _ = reference_attention(*rounded)
     tolerance = 1e-2 if dtype == "float16" else 5e-2
     np.testing.assert_allclose(out, ref, atol=tolerance * np.abs(ref).max())
@@ -291,7 +266,7 @@ def test_half_precision_fully_masked_rows_are_zero(rng, dtype):
     q, k, v = (ops.cast(_random(rng, 1, 4, 8), dtype) for _ in range(3))
     mask = np.ones((1, 4, 4), dtype=bool)
     mask[0, 0] = False
-    out = _np(ops.cast(scaled_dot_product_attention(q, k, v, mask), "float32"))
+    out = to_numpy(ops.cast(scaled_dot_product_attention(q, k, v, mask), "float32"))
     assert np.all(np.isfinite(out))
     np.testing.assert_array_equal(out[0, 0], 0.0)
 
@@ -303,7 +278,7 @@ def test_dropout_is_off_outside_training(rng):
     q, k, v = (_random(rng, 1, 5, 4) for _ in range(3))
     a = scaled_dot_product_attention(q, k, v, dropout=0.5, seed=1)
     b = scaled_dot_product_attention(q, k, v)
-    np.testing.assert_array_equal(_np(a), _np(b))
+    np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
 
 
 def test_dropout_drops_weights_and_rescales_the_rest(rng):
@@ -312,14 +287,14 @@ def test_dropout_drops_weights_and_rescales_the_rest(rng):
     q, k = _random(rng, 1, length, 4), _random(rng, 1, length, 4)
     v = np.eye(length, dtype="float32")[None]
     _, weights = scaled_dot_product_attention(q, k, v, return_scores=True)
-    dropped = _np(
+    dropped = to_numpy(
         scaled_dot_product_attention(q, k, v, dropout=0.25, training=True, seed=7)
     )
-    weights = _np(weights)[0, 0]
+    weights = to_numpy(weights)[0, 0]
     kept = dropped[0] != 0
     assert 0.70 < kept.mean() < 0.80
     np.testing.assert_allclose(dropped[0][kept], weights[kept] / 0.75, rtol=1e-5)
-    again = _np(
+    again = to_numpy(
         scaled_dot_product_attention(q, k, v, dropout=0.25, training=True, seed=7)
     )
     np.testing.assert_array_equal(dropped, again)
@@ -351,6 +326,7 @@ _BAD_CALLS = {
 }
 
 
+@pytest.mark.backend_independent
 @pytest.mark.parametrize("kwargs, name", _BAD_CALLS.values(), ids=_BAD_CALLS.keys())
 def test_bad_options_raise_value_error_naming_the_argument(rng, kwargs, name):
     q = _random(rng, 1, 3, 4)
@@ -368,6 +344,7 @@ _BAD_SHAPES = {
 }
 
 
+@pytest.mark.backend_independent
 @pytest.mark.parametrize("shapes, name", _BAD_SHAPES.values(), ids=_BAD_SHAPES.keys())
 def test_bad_shapes_raise_value_error_naming_the_argument(shapes, name):
     tensors = [np.zeros(s, "float32") for s in shapes]
@@ -375,6 +352,7 @@ def test_bad_shapes_raise_value_error_naming_the_argument(shapes, name):
         scaled_dot_product_attention(*tensors)
 
 
+@pytest.mark.backend_independent
 @pytest.mark.parametrize(
     "mask_shape",
     [(2, 5, 7), (2, 4, 5, 6), (3, 5, 6), (6,), (1, 1, 2, 5, 6)],

@@ -14,44 +14,9 @@ import pytest
 import keras_selfattn.attention as attention_module
 from keras_selfattn import MultiHeadAttention, SelfAttention
 from keras_selfattn import scaled_dot_product_attention as sdpa
-from tests.conftest import BACKEND
+from tests.helpers import BACKEND, output_and_grads, to_numpy
 
 ATOL = 1e-5
-
-
-def _np(x):
-    return keras.ops.convert_to_numpy(x)
-
-
-def _output_and_grads(fn, args, upstream):
-    """`fn(*args)` and the gradients of sum(fn(*args) * upstream) wrt args."""
-    if BACKEND == "tensorflow":
-        import tensorflow as tf
-
-        args = [tf.constant(a) for a in args]
-        with tf.GradientTape() as tape:
-            tape.watch(args)
-            out = fn(*args)
-            loss = tf.reduce_sum(out * upstream)
-        return _np(out), [_np(g) for g in tape.gradient(loss, args)]
-    if BACKEND == "jax":
-        import jax
-        import jax.numpy as jnp
-
-        def loss(*a):
-            out = fn(*a)
-            return jnp.sum(out * upstream), out
-
-        argnums = tuple(range(len(args)))
-        run = jax.jit(jax.value_and_grad(loss, argnums, has_aux=True))
-        (_, out), grads = run(*args)
-        return _np(out), [_np(g) for g in grads]
-    import torch
-
-    args = [torch.tensor(a, requires_grad=True) for a in args]
-    out = fn(*args)
-    (out * torch.tensor(upstream)).sum().backward()
-    return _np(out.detach()), [_np(a.grad) for a in args]
 
 
 def _qkv(rng, batch=2, q_len=13, k_len=13, heads=3, dim=8, value_dim=8, rank=4):
@@ -143,7 +108,7 @@ def test_chunked_equals_plain_outputs_and_gradients(rng, case):
         return keras.ops.stack(outs)
 
     upstream = np.stack([upstream] * len(variants))
-    outs, grads = _output_and_grads(everything, (q, k, v) * len(variants), upstream)
+    outs, grads = output_and_grads(everything, (q, k, v) * len(variants), upstream)
     want, want_grads = outs[0], grads[:3]
     assert np.all(np.isfinite(want))
     for i, chunk_size in enumerate(chunk_sizes, start=1):
@@ -167,7 +132,7 @@ def test_fully_masked_rows_are_exact_zeros_with_zero_gradients(rng):
     def chunked(q, k, v):
         return sdpa(q, k, v, mask, chunk_size=4)
 
-    out, (d_q, _, _) = _output_and_grads(chunked, (q, k, v), upstream)
+    out, (d_q, _, _) = output_and_grads(chunked, (q, k, v), upstream)
     assert np.all(out[:, 4] == 0.0)
     assert np.all(d_q[:, 4] == 0.0)
     assert np.all(np.abs(out[:, 3]) > 0.0)
@@ -178,7 +143,7 @@ def test_low_precision_inputs_stay_finite_with_huge_logits(rng, dtype):
     # Logits in the thousands: Q·Kᵀ in float16 would overflow (max 65504).
     q, k, v = _qkv(rng, dim=16, value_dim=16)
     q, k = q * 30.0, k * 30.0
-    want = _np(sdpa(q, k, v, scale=0.5, flash_attention=False))
+    want = to_numpy(sdpa(q, k, v, scale=0.5, flash_attention=False))
     got = sdpa(
         keras.ops.cast(q, dtype),
         keras.ops.cast(k, dtype),
@@ -188,9 +153,9 @@ def test_low_precision_inputs_stay_finite_with_huge_logits(rng, dtype):
         chunk_size=4,
     )
     assert keras.backend.standardize_dtype(got.dtype) == dtype
-    got = _np(keras.ops.cast(got, "float32"))
+    got = to_numpy(keras.ops.cast(got, "float32"))
     assert np.all(np.isfinite(got))
-    want = _np(sdpa(q, k, v, scale=0.5, causal=True, flash_attention=False))
+    want = to_numpy(sdpa(q, k, v, scale=0.5, causal=True, flash_attention=False))
     np.testing.assert_allclose(got, want, atol=0.1)
 
 
@@ -221,7 +186,7 @@ def test_automatic_choice_above_the_threshold(rng, monkeypatch, chunked_calls):
     out = sdpa(*long, flash_attention=False, causal=True)
     assert chunked_calls == [5]
     want = sdpa(*long, flash_attention=False, causal=True, chunk_size=10**6)
-    np.testing.assert_allclose(_np(out), _np(want), atol=ATOL)
+    np.testing.assert_allclose(to_numpy(out), to_numpy(want), atol=ATOL)
     # The full weight matrix, and dropout in training, take the plain path.
     sdpa(*long, flash_attention=False, return_scores=True)
     sdpa(*long, flash_attention=False, dropout=0.5, training=True, seed=1)
@@ -244,16 +209,10 @@ def test_explicit_chunk_size_wins_over_fused_and_scores_use_plain(rng, chunked_c
     assert tuple(scores.shape) == (2, 3, 13, 13)
 
 
-def test_threshold_constants_are_documented():
-    doc = sdpa.__doc__
-    assert "AUTO_CHUNK_THRESHOLD" in doc and "AUTO_CHUNK_SIZE" in doc
-    assert attention_module.AUTO_CHUNK_THRESHOLD >= 1
-    assert attention_module.AUTO_CHUNK_SIZE >= 1
-
-
 # ----------------------------------------------------------------- validation
 
 
+@pytest.mark.backend_independent
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True, "8"], ids=str)
 def test_invalid_chunk_size(rng, bad):
     with pytest.raises(ValueError, match=r"`chunk_size`.*Received: chunk_size="):
@@ -264,6 +223,7 @@ def test_invalid_chunk_size(rng, bad):
         MultiHeadAttention(2, 4, chunk_size=bad)
 
 
+@pytest.mark.backend_independent
 def test_chunk_size_with_flash_attention_true_is_an_error(rng):
     with pytest.raises(ValueError, match="flash_attention"):
         sdpa(*_qkv(rng), chunk_size=4, flash_attention=True)
@@ -271,6 +231,7 @@ def test_chunk_size_with_flash_attention_true_is_an_error(rng):
         MultiHeadAttention(2, 4, chunk_size=4, flash_attention=True)
 
 
+@pytest.mark.backend_independent
 def test_explicit_chunk_size_with_active_dropout_is_an_error(rng):
     q, k, v = _qkv(rng)
     with pytest.raises(ValueError, match="dropout"):
@@ -278,7 +239,7 @@ def test_explicit_chunk_size_with_active_dropout_is_an_error(rng):
     # Inference ignores dropout, so the chunked path is fine there.
     out = sdpa(q, k, v, chunk_size=4, dropout=0.1, training=False)
     want = sdpa(q, k, v, flash_attention=False)
-    np.testing.assert_allclose(_np(out), _np(want), atol=ATOL)
+    np.testing.assert_allclose(to_numpy(out), to_numpy(want), atol=ATOL)
 
 
 # --------------------------------------------------------------------- layers
@@ -294,9 +255,9 @@ def test_self_attention_chunk_size_gives_the_same_outputs(rng):
     assert SelfAttention.from_config(config).chunk_size == 3
     assert SelfAttention(8).get_config()["chunk_size"] is None
     # One layer (one set of weights), both paths: the call reads chunk_size.
-    chunked = _np(layer(x, mask=mask))
+    chunked = to_numpy(layer(x, mask=mask))
     layer.chunk_size = None
-    np.testing.assert_allclose(chunked, _np(layer(x, mask=mask)), atol=ATOL)
+    np.testing.assert_allclose(chunked, to_numpy(layer(x, mask=mask)), atol=ATOL)
 
 
 def test_multi_head_attention_chunk_size_gives_the_same_outputs(rng):
@@ -309,9 +270,9 @@ def test_multi_head_attention_chunk_size_gives_the_same_outputs(rng):
     assert config["chunk_size"] == 2
     assert MultiHeadAttention.from_config(config).chunk_size == 2
     kwargs = dict(value_mask=value_mask, use_causal_mask=True)
-    chunked = _np(layer(query, value, **kwargs))
+    chunked = to_numpy(layer(query, value, **kwargs))
     layer.chunk_size = None
-    plain = _np(layer(query, value, **kwargs))
+    plain = to_numpy(layer(query, value, **kwargs))
     np.testing.assert_allclose(chunked, plain, atol=ATOL)
 
 
@@ -324,7 +285,7 @@ def test_tf_function_static_and_unknown_lengths(rng, chunked_calls, jit_compile)
     import tensorflow as tf
 
     q, k, v = _qkv(rng, q_len=10, k_len=12)
-    want = _np(sdpa(q, k, v, causal=True, flash_attention=False))
+    want = to_numpy(sdpa(q, k, v, causal=True, flash_attention=False))
 
     def grads(q, k, v):
         with tf.GradientTape() as tape:
@@ -335,17 +296,17 @@ def test_tf_function_static_and_unknown_lengths(rng, chunked_calls, jit_compile)
 
     static = tf.function(grads, jit_compile=jit_compile)
     out, static_grads = static(*map(tf.constant, (q, k, v)))
-    np.testing.assert_allclose(_np(out), want, atol=ATOL)
+    np.testing.assert_allclose(to_numpy(out), want, atol=ATOL)
     assert chunked_calls == [5]
     # Unknown lengths (and batch): the chunked path needs static lengths, so
     # the kernel falls back to the plain path, with the same results.
     spec = tf.TensorSpec((None, None, 3, 8), "float32")
     dynamic = tf.function(grads, input_signature=[spec] * 3, jit_compile=jit_compile)
     out, dynamic_grads = dynamic(*map(tf.constant, (q, k, v)))
-    np.testing.assert_allclose(_np(out), want, atol=ATOL)
+    np.testing.assert_allclose(to_numpy(out), want, atol=ATOL)
     assert chunked_calls == [5]
     for a, b in zip(static_grads, dynamic_grads, strict=True):
-        np.testing.assert_allclose(_np(a), _np(b), atol=ATOL)
+        np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=ATOL)
 
 
 @pytest.mark.tensorflow_only
@@ -354,7 +315,7 @@ def test_tf_function_unknown_batch_with_a_padding_mask(rng, chunked_calls):
 
     q, k, v = _qkv(rng, q_len=10, k_len=12)
     mask = _mask(rng, "full", 2, 10, 12, 3)
-    want = _np(sdpa(q, k, v, mask, causal=True, flash_attention=False))
+    want = to_numpy(sdpa(q, k, v, mask, causal=True, flash_attention=False))
     spec = tf.TensorSpec((None, None, 10, 12), "bool")
     qkv_specs = [
         tf.TensorSpec((None, length, 3, 8), "float32") for length in (10, 12, 12)
@@ -364,7 +325,7 @@ def test_tf_function_unknown_batch_with_a_padding_mask(rng, chunked_calls):
     def chunked(q, k, v, mask):
         return sdpa(q, k, v, mask, causal=True, chunk_size=5)
 
-    np.testing.assert_allclose(_np(chunked(q, k, v, mask)), want, atol=ATOL)
+    np.testing.assert_allclose(to_numpy(chunked(q, k, v, mask)), want, atol=ATOL)
     assert chunked_calls == [5]
 
 
@@ -375,7 +336,7 @@ _MEMORY_SCRIPT = textwrap.dedent(
     import json, sys
     import numpy as np
     import keras_selfattn.attention as attention
-    from tests.test_attention_chunked import _output_and_grads
+    from tests.helpers import output_and_grads
 
     chunk_size = None if sys.argv[1] == "none" else int(sys.argv[1])
     length = int(sys.argv[2])
@@ -390,7 +351,7 @@ _MEMORY_SCRIPT = textwrap.dedent(
             return attention.scaled_dot_product_attention(
                 q, k, v, chunk_size=chunk_size, flash_attention=False
             )
-        _output_and_grads(fn, (q, k, v), np.ones_like(v))
+        output_and_grads(fn, (q, k, v), np.ones_like(v))
 
     def status(field):
         with open("/proc/self/status") as f:

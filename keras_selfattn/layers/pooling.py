@@ -87,7 +87,7 @@ class AttentionPooling(keras.layers.Layer):
     >>> mask = np.array([[True] * 6, [True] * 3 + [False] * 3])
     >>> pooled, weights = AttentionPooling(num_heads=2)(
     ...     x, mask=mask, return_attention_scores=True)
-    >>> pooled.shape, weights.shape
+    >>> tuple(pooled.shape), tuple(weights.shape)
     ((2, 8), (2, 2, 6))
     """
 

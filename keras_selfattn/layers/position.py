@@ -51,10 +51,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     >>> ids = np.array([[5, 8, 2, 0, 0]])
     >>> layer = TokenAndPositionEmbedding(10, sequence_length=5,
     ...                                   embedding_dim=4)
-    >>> layer(ids).shape
+    >>> tuple(layer(ids).shape)
     (1, 5, 4)
-    >>> layer.compute_mask(ids)
-    [[ True  True  True False False]]
+    >>> keras.ops.convert_to_numpy(layer.compute_mask(ids))
+    array([[ True,  True,  True, False, False]])
     """
 
     def __init__(

@@ -101,7 +101,7 @@ class SelfAttention(keras.layers.Layer):
     Example:
 
     >>> x = np.random.rand(50, 5, 3).astype("float32")
-    >>> SelfAttention(4)(x).shape
+    >>> tuple(SelfAttention(4)(x).shape)
     (50, 5, 4)
     >>> model = keras.Sequential([
     ...     keras.layers.Embedding(1000, 32, mask_zero=True),

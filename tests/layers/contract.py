@@ -1,8 +1,9 @@
-"""The contract every layer keeps, written once and run for each layer.
+"""The contract every public layer keeps, written once and run for each layer.
 
-A `LayerCase` says how to build a layer and how to apply it to one
-(batch, seq, features) tensor. `tests/layers/test_contract.py` runs the whole
-contract over `CASES`; a new layer joins by adding a case.
+A `LayerCase` says how to build a layer, how to call it on one tensor and
+what comes out. `tests/layers/test_contract.py` runs the whole contract over
+`CASES`; a new layer joins by adding a case. Every public layer of
+`keras_selfattn` has at least one case (a test checks that).
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ from typing import Any
 
 import keras_selfattn
 
+FEATURES = 8  # channels of the (batch, seq, FEATURES) inputs
+VOCAB = 20  # token ids of the (batch, seq) inputs are in [0, VOCAB)
+MAX_LEN = 16  # sequence_length of the position embedding
+
 
 @dataclasses.dataclass(frozen=True)
 class LayerCase:
@@ -20,20 +25,38 @@ class LayerCase:
 
     Attributes:
         name: Test id.
-        make: `make(features) -> layer`, for inputs with `features` channels.
+        make: `make() -> layer`, for inputs of `FEATURES` channels (or, with
+            `ids`, token ids below `VOCAB`).
         apply: `apply(layer, x, **call_kwargs)` calls the layer on one tensor.
-        output_dim: `output_dim(features)`, the last dim of the output.
+        output_dim: The last dimension of the output.
+        arguments: A non-default value for every constructor argument (a
+            required one: any valid value). The config test constructs the
+            layer with each, one at a time.
+        ids: Whether the input is token ids `(batch, seq)` (else float
+            features `(batch, seq, FEATURES)`).
+        pools: Whether the time axis is pooled away: the output is
+            `(batch, output_dim)`, and no mask is handed on.
         scores: Whether `apply(..., return_attention_scores=True)` returns
-            `(output, scores)` with scores `(batch, heads, seq, seq)`.
-        sequential: Whether the layer can be used in `keras.Sequential`.
+            `(output, scores)`, scores `(batch, heads, q_len, k_len)` (or
+            `(batch, heads, seq)` when pooling).
+        sequential: Whether the layer can be used in `keras.Sequential`
+            (one input tensor, options in the constructor). Otherwise it is
+            called as `layer(x, x)` (query and value).
     """
 
     name: str
-    make: Callable[[int], Any]
+    make: Callable[[], Any]
     apply: Callable[..., Any]
-    output_dim: Callable[[int], int]
+    output_dim: int
+    arguments: dict[str, Any]
+    ids: bool = False
+    pools: bool = False
     scores: bool = True
     sequential: bool = True
+
+    @property
+    def layer_class(self) -> type:
+        return type(self.make())
 
 
 def _self_call(layer, x, **kwargs):
@@ -44,43 +67,149 @@ def _mha_self_call(layer, x, **kwargs):
     return layer(x, x, **kwargs)
 
 
+_INITIALIZER = "ones"
+_REGULARIZER = "l2"
+_CONSTRAINT = "non_neg"
+
+_SELF_ATTENTION_ARGUMENTS = {
+    "units": 8,
+    "num_heads": 2,
+    "use_bias": False,
+    "use_output_projection": True,
+    "dropout": 0.1,
+    "causal": True,
+    "sliding_window": 3,
+    "scale": 0.5,
+    "seed": 5,
+    "chunk_size": 4,
+    "kernel_initializer": _INITIALIZER,
+    "bias_initializer": _INITIALIZER,
+    "kernel_regularizer": _REGULARIZER,
+    "bias_regularizer": _REGULARIZER,
+    "activity_regularizer": _REGULARIZER,
+    "kernel_constraint": _CONSTRAINT,
+    "bias_constraint": _CONSTRAINT,
+}
+
+_MHA_ARGUMENTS = {
+    "num_heads": 2,
+    "key_dim": 4,
+    "value_dim": 3,
+    "dropout": 0.1,
+    "use_bias": False,
+    "output_shape": 6,
+    "attention_axes": 1,
+    "sliding_window": 3,
+    "flash_attention": False,
+    "kernel_initializer": _INITIALIZER,
+    "bias_initializer": _INITIALIZER,
+    "kernel_regularizer": _REGULARIZER,
+    "bias_regularizer": _REGULARIZER,
+    "activity_regularizer": _REGULARIZER,
+    "kernel_constraint": _CONSTRAINT,
+    "bias_constraint": _CONSTRAINT,
+    "use_gate": True,
+    "seed": 5,
+    "scale": 0.5,
+    "chunk_size": 4,
+}
+
 CASES = [
     LayerCase(
         name="SelfAttention_1head",
-        make=lambda d: keras_selfattn.SelfAttention(8),
+        make=lambda: keras_selfattn.SelfAttention(8),
         apply=_self_call,
-        output_dim=lambda d: 8,
+        output_dim=8,
+        arguments=_SELF_ATTENTION_ARGUMENTS,
     ),
     LayerCase(
         name="SelfAttention_4heads_window",
-        make=lambda d: keras_selfattn.SelfAttention(
+        make=lambda: keras_selfattn.SelfAttention(
             16, num_heads=4, sliding_window=3, causal=True
         ),
         apply=_self_call,
-        output_dim=lambda d: 16,
+        output_dim=16,
+        arguments=_SELF_ATTENTION_ARGUMENTS,
     ),
     LayerCase(
         name="MultiHeadAttention",
-        make=lambda d: keras_selfattn.MultiHeadAttention(num_heads=2, key_dim=4),
+        make=lambda: keras_selfattn.MultiHeadAttention(num_heads=2, key_dim=4),
         apply=_mha_self_call,
-        output_dim=lambda d: d,
+        output_dim=FEATURES,
+        arguments=_MHA_ARGUMENTS,
         sequential=False,
     ),
     LayerCase(
         name="MultiHeadAttention_gate_window",
-        make=lambda d: keras_selfattn.MultiHeadAttention(
+        make=lambda: keras_selfattn.MultiHeadAttention(
             num_heads=2, key_dim=4, use_gate=True, sliding_window=2, output_shape=6
         ),
         apply=_mha_self_call,
-        output_dim=lambda d: 6,
+        output_dim=6,
+        arguments=_MHA_ARGUMENTS,
         sequential=False,
     ),
     LayerCase(
         name="TransformerEncoder",
-        make=lambda d: keras_selfattn.TransformerEncoder(
+        make=lambda: keras_selfattn.TransformerEncoder(
             intermediate_dim=16, num_heads=2
         ),
         apply=_self_call,
-        output_dim=lambda d: d,
+        output_dim=FEATURES,
+        arguments={
+            "intermediate_dim": 16,
+            "num_heads": 2,
+            "dropout": 0.1,
+            "attention_dropout": 0.2,
+            "activation": "gelu",
+            "layer_norm_epsilon": 1e-3,
+            "normalize_first": True,
+            "kernel_initializer": _INITIALIZER,
+            "bias_initializer": _INITIALIZER,
+            "seed": 5,
+            "attention": "keras",
+        },
+    ),
+    LayerCase(
+        name="AttentionPooling_2heads",
+        make=lambda: keras_selfattn.AttentionPooling(
+            num_heads=2, query_initializer="random_normal"
+        ),
+        apply=_self_call,
+        output_dim=FEATURES,
+        arguments={
+            "num_heads": 2,
+            "key_dim": 3,
+            "key_activation": "relu",
+            "use_bias": False,
+            "dropout": 0.1,
+            "scale": 0.5,
+            "seed": 5,
+            "kernel_initializer": _INITIALIZER,
+            "bias_initializer": _INITIALIZER,
+            "query_initializer": _INITIALIZER,
+            "kernel_regularizer": _REGULARIZER,
+            "bias_regularizer": _REGULARIZER,
+            "query_regularizer": _REGULARIZER,
+            "kernel_constraint": _CONSTRAINT,
+            "bias_constraint": _CONSTRAINT,
+        },
+        pools=True,
+    ),
+    LayerCase(
+        name="TokenAndPositionEmbedding",
+        make=lambda: keras_selfattn.TokenAndPositionEmbedding(VOCAB, MAX_LEN, FEATURES),
+        apply=_self_call,
+        output_dim=FEATURES,
+        arguments={
+            "vocabulary_size": VOCAB,
+            "sequence_length": MAX_LEN,
+            "embedding_dim": FEATURES,
+            "mask_zero": False,
+            "embeddings_initializer": _INITIALIZER,
+            "position_initializer": _INITIALIZER,
+        },
+        ids=True,
+        scores=False,
     ),
 ]

@@ -1,10 +1,9 @@
-"""Every layer's contract: shapes, models, compilation, masks, saving, precision.
-
-Runs over `tests.layers.contract.CASES`.
-"""
+"""Every layer's contract: shapes, models, compilation, masks, config, saving,
+precision. Runs over `tests.layers.contract.CASES`."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
@@ -14,42 +13,40 @@ import keras
 import numpy as np
 import pytest
 
-from tests.conftest import BACKEND
-from tests.layers.contract import CASES
+import keras_selfattn
+from tests.helpers import BACKEND, to_numpy
+from tests.layers.contract import CASES, FEATURES, VOCAB
 
-FEATURES = 8
 SEQ = 6
-VOCAB = 20
-
-case_params = pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-_SCORING = [c for c in CASES if c.scores]
-scoring_case_params = pytest.mark.parametrize(
-    "case", _SCORING, ids=[c.name for c in _SCORING]
-)
-_SEQUENTIAL = [c for c in CASES if c.sequential]
-sequential_case_params = pytest.mark.parametrize(
-    "case", _SEQUENTIAL, ids=[c.name for c in _SEQUENTIAL]
-)
 
 
-def _np(x):
-    return keras.ops.convert_to_numpy(x)
+def _params(cases):
+    return pytest.mark.parametrize("case", cases, ids=[c.name for c in cases])
 
 
-def _functional(case, seq=None, **call_kwargs):
-    inputs = keras.Input((seq, FEATURES))
-    layer = case.make(FEATURES)
-    outputs = case.apply(layer, inputs, **call_kwargs)
-    return keras.Model(inputs, outputs), layer
+all_cases = _params(CASES)
+scoring_cases = _params([c for c in CASES if c.scores])
+sequential_cases = _params([c for c in CASES if c.sequential])
+sequence_cases = _params([c for c in CASES if not c.pools])
+feature_cases = _params([c for c in CASES if not c.ids])
 
 
-def _masked_model(case):
-    """Token ids -> Embedding(mask_zero) -> layer, returning (output, scores)."""
-    tokens = keras.Input((None,), dtype="int32")
-    x = keras.layers.Embedding(VOCAB, FEATURES, mask_zero=True)(tokens)
-    layer = case.make(FEATURES)
-    outputs = case.apply(layer, x, return_attention_scores=case.scores)
-    return keras.Model(tokens, outputs), layer
+def _expected_shape(case, batch, seq):
+    if case.pools:
+        return (batch, case.output_dim)
+    return (batch, seq, case.output_dim)
+
+
+def _input(case, seq=None):
+    if case.ids:
+        return keras.Input((seq,), dtype="int32")
+    return keras.Input((seq, FEATURES))
+
+
+def _data(case, rng, batch=2, seq=SEQ):
+    if case.ids:
+        return rng.integers(1, VOCAB, size=(batch, seq)).astype("int32")
+    return rng.normal(size=(batch, seq, FEATURES)).astype("float32")
 
 
 def _padded_tokens(rng, batch=3, seq=SEQ):
@@ -59,69 +56,114 @@ def _padded_tokens(rng, batch=3, seq=SEQ):
     return tokens
 
 
+def _masked_model(case, **call_kwargs):
+    """Token ids -> (Embedding(mask_zero) ->) the layer: the Keras mask flows in."""
+    tokens = keras.Input((None,), dtype="int32")
+    x = tokens
+    if not case.ids:
+        x = keras.layers.Embedding(VOCAB, FEATURES, mask_zero=True)(x)
+    layer = case.make()
+    return keras.Model(tokens, case.apply(layer, x, **call_kwargs)), layer
+
+
 # -------------------------------------------------------------------- shapes
 
 
-@case_params
+@all_cases
 def test_symbolic_call_with_unknown_batch_and_length(case):
-    model, _ = _functional(case)
-    assert tuple(model.output.shape) == (None, None, case.output_dim(FEATURES))
+    inputs = _input(case)
+    outputs = case.apply(case.make(), inputs)
+    assert tuple(outputs.shape) == _expected_shape(case, None, None)
 
 
-@case_params
+@all_cases
 def test_compute_output_shape_matches_call(case, rng):
-    layer = case.make(FEATURES)
-    x = rng.normal(size=(2, SEQ, FEATURES)).astype("float32")
+    layer = case.make()
+    x = _data(case, rng)
     out = case.apply(layer, x)
-    assert tuple(out.shape) == (2, SEQ, case.output_dim(FEATURES))
+    assert tuple(out.shape) == _expected_shape(case, 2, SEQ)
+    shapes = (x.shape,) if case.sequential else (x.shape, x.shape)
+    assert tuple(layer.compute_output_shape(*shapes)) == tuple(out.shape)
 
 
-@scoring_case_params
+@scoring_cases
 def test_symbolic_scores_shape(case):
-    inputs = keras.Input((None, FEATURES))
-    _, scores = case.apply(case.make(FEATURES), inputs, return_attention_scores=True)
-    assert len(scores.shape) == 4
-    assert scores.shape[0] is None and scores.shape[2:] == (None, None)
+    _, scores = case.apply(case.make(), _input(case), return_attention_scores=True)
+    rank = 3 if case.pools else 4
+    assert len(scores.shape) == rank
+    assert scores.shape[0] is None and set(scores.shape[2:]) == {None}
 
 
 # ------------------------------------------------------------------- models
 
 
-@sequential_case_params
+@sequential_cases
 def test_sequential_model(case, rng):
-    model = keras.Sequential([keras.Input((SEQ, FEATURES)), case.make(FEATURES)])
-    x = rng.normal(size=(2, SEQ, FEATURES)).astype("float32")
-    assert model.predict(x, verbose=0).shape == (2, SEQ, case.output_dim(FEATURES))
+    model = keras.Sequential([_input(case, seq=SEQ), case.make()])
+    x = _data(case, rng)
+    assert model.predict(x, verbose=0).shape == _expected_shape(case, 2, SEQ)
+
+
+@all_cases
+def test_summary_of_a_subclassed_model_holding_the_layer(case, rng):
+    class Holder(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.inner = case.make()
+
+        def call(self, x):
+            return case.apply(self.inner, x)
+
+    model = Holder()
+    model(_data(case, rng))
+    lines = []
+    model.summary(print_fn=lambda line, **kwargs: lines.append(line))
+    assert model.inner.name in "\n".join(lines)
 
 
 @pytest.mark.tensorflow_only
-@case_params
+@all_cases
 def test_inside_tf_function(case, rng):
     import tensorflow as tf
 
-    layer = case.make(FEATURES)
-    x = rng.normal(size=(2, SEQ, FEATURES)).astype("float32")
+    layer = case.make()
+    x = _data(case, rng)
     eager = case.apply(layer, x)
+    spec = tf.TensorSpec((None,) * (x.ndim - 1) + x.shape[-1:], x.dtype)
+    if case.ids:
+        spec = tf.TensorSpec((None, None), x.dtype)
 
-    @tf.function(input_signature=[tf.TensorSpec((None, None, FEATURES), tf.float32)])
+    @tf.function(input_signature=[spec])
     def run(t):
         return case.apply(layer, t)
 
-    np.testing.assert_allclose(run(x).numpy(), _np(eager), atol=1e-6)
+    np.testing.assert_allclose(run(x).numpy(), to_numpy(eager), atol=1e-6)
+
+
+def _fit_task(case, rng, n):
+    """Inputs and a learnable target: the mean of the first feature over time
+    (or the share of token ids below VOCAB / 2)."""
+    x = _data(case, rng, batch=n)
+    if case.ids:
+        return x, (x < VOCAB // 2).mean(axis=1, keepdims=True).astype("float32")
+    return x, x[:, :, :1].mean(axis=1)
+
+
+def _fit_model(case):
+    inputs = _input(case, seq=SEQ)
+    hidden = case.apply(case.make(), inputs)
+    if not case.pools:
+        hidden = keras.layers.GlobalAveragePooling1D()(hidden)
+    return keras.Model(inputs, keras.layers.Dense(1)(hidden))
 
 
 @pytest.mark.slow
-@case_params
+@all_cases
 def test_fit_with_jit_compile_lowers_the_loss(case, rng):
-    # Toy task: predict the mean of the first feature over the sequence.
-    x = rng.normal(size=(64, SEQ, FEATURES)).astype("float32")
-    y = x[:, :, :1].mean(axis=1)
-    inputs = keras.Input((SEQ, FEATURES))
-    hidden = case.apply(case.make(FEATURES), inputs, training=None)
-    outputs = keras.layers.Dense(1)(keras.layers.GlobalAveragePooling1D()(hidden))
-    model = keras.Model(inputs, outputs)
+    x, y = _fit_task(case, rng, 64)
+    model = _fit_model(case)
     model.compile(
-        optimizer=keras.optimizers.Adam(0.01),
+        optimizer=keras.optimizers.Adam(0.03),
         loss="mse",
         # torch.compile takes minutes per model on CPU: see the next test.
         jit_compile=BACKEND != "torch",
@@ -139,12 +181,8 @@ if BACKEND == "torch":
     @pytest.mark.slow
     def test_torch_compile_fit_lowers_the_loss(rng):
         case = CASES[0]
-        x = rng.normal(size=(32, SEQ, FEATURES)).astype("float32")
-        y = x[:, :, :1].mean(axis=1)
-        inputs = keras.Input((SEQ, FEATURES))
-        hidden = case.apply(case.make(FEATURES), inputs)
-        pooled = keras.layers.GlobalAveragePooling1D()(hidden)
-        model = keras.Model(inputs, keras.layers.Dense(1)(pooled))
+        x, y = _fit_task(case, rng, 32)
+        model = _fit_model(case)
         model.compile(keras.optimizers.Adam(0.01), loss="mse", jit_compile=True)
         assert model.jit_compile
         history = model.fit(x, y, epochs=6, batch_size=32, verbose=0)
@@ -155,52 +193,54 @@ if BACKEND == "torch":
 # -------------------------------------------------------------------- masks
 
 
-@case_params
+class _MaskProbe(keras.layers.Layer):
+    """Outputs the Keras mask it receives as floats (-1 where there is none)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, inputs, mask=None):
+        shape = keras.ops.shape(inputs)[:2]
+        if mask is None:
+            return keras.ops.full(shape, -1.0)
+        return keras.ops.cast(mask, "float32")
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:2])
+
+
+@all_cases
 def test_keras_mask_is_handed_on(case, rng):
-    # Symbolically: the output carries a (batch, seq) mask for the next layer.
-    model, layer = _masked_model(case)
-    mask = model.outputs[0]._keras_mask
-    assert tuple(mask.shape) == (None, None) and mask.dtype == "bool"
-    # Concretely: it is the input's padding mask, unchanged.
+    model, _ = _masked_model(case)
+    probe = keras.Model(model.input, _MaskProbe()(model.output))
     tokens = _padded_tokens(rng)
-    x = rng.normal(size=(*tokens.shape, FEATURES)).astype("float32")
-    handed_on = layer.compute_mask(x, tokens != 0)
-    np.testing.assert_array_equal(_np(handed_on), tokens != 0)
+    received = to_numpy(probe(tokens))
+    if case.pools:  # The time axis is gone: no mask goes on.
+        np.testing.assert_array_equal(received, -1.0)
+    else:  # Exactly the input's padding mask.
+        np.testing.assert_array_equal(received, (tokens != 0).astype("float32"))
 
 
-@scoring_case_params
+@scoring_cases
 def test_padded_keys_get_exactly_zero_weight(case, rng):
-    model, _ = _masked_model(case)
-    tokens = _padded_tokens(rng)
-    _, scores = model(tokens)
-    scores = _np(scores)
-    np.testing.assert_array_equal(scores[0, :, :, 4:], 0.0)
-    np.testing.assert_array_equal(scores[1, :, :, 2:], 0.0)
+    model, _ = _masked_model(case, return_attention_scores=True)
+    _, scores = model(_padded_tokens(rng))
+    scores = to_numpy(scores)
+    np.testing.assert_array_equal(scores[0, ..., 4:], 0.0)
+    np.testing.assert_array_equal(scores[1, ..., 2:], 0.0)
     # Real queries' weights still sum to one over the real keys.
-    np.testing.assert_allclose(scores[1, :, :2].sum(-1), 1.0, atol=1e-5)
+    real_queries = scores[1, :, :2] if scores.ndim == 4 else scores[1]
+    np.testing.assert_allclose(real_queries.sum(-1), 1.0, atol=1e-5)
 
 
-@case_params
-def test_padded_queries_output_zeros(case, rng):
+@sequence_cases
+def test_padded_positions_output_zeros(case, rng):
     model, _ = _masked_model(case)
-    out = model(_padded_tokens(rng))
-    out = _np(out[0] if case.scores else out)
+    out = to_numpy(model(_padded_tokens(rng)))
     np.testing.assert_array_equal(out[0, 4:], 0.0)
     np.testing.assert_array_equal(out[1, 2:], 0.0)
     assert np.all(np.isfinite(out))
-
-
-@case_params
-def test_padding_content_does_not_change_real_positions(case, rng):
-    tokens = _padded_tokens(rng)
-    x = rng.normal(size=(3, SEQ, FEATURES)).astype("float32")
-    mask = tokens != 0
-    other = x.copy()
-    other[~mask] = rng.normal(size=other[~mask].shape) * 100
-    layer = case.make(FEATURES)
-    a = _np(case.apply(layer, x, **_mask_kwargs(case, mask)))
-    b = _np(case.apply(layer, other, **_mask_kwargs(case, mask)))
-    np.testing.assert_allclose(a[mask], b[mask], atol=1e-5)
 
 
 def _mask_kwargs(case, mask):
@@ -209,45 +249,109 @@ def _mask_kwargs(case, mask):
     return {"query_mask": mask, "value_mask": mask}
 
 
-@case_params
+@feature_cases
+def test_padding_content_does_not_change_real_positions(case, rng):
+    mask = _padded_tokens(rng) != 0
+    x = rng.normal(size=(*mask.shape, FEATURES)).astype("float32")
+    other = x.copy()
+    other[~mask] = rng.normal(size=other[~mask].shape) * 100
+    layer = case.make()
+    a = to_numpy(case.apply(layer, x, **_mask_kwargs(case, mask)))
+    b = to_numpy(case.apply(layer, other, **_mask_kwargs(case, mask)))
+    real = slice(None) if case.pools else mask
+    np.testing.assert_allclose(a[real], b[real], atol=1e-5)
+
+
+@feature_cases
 def test_mask_of_wrong_shape_raises(case, rng):
-    x = rng.normal(size=(2, SEQ, FEATURES)).astype("float32")
+    x = _data(case, rng)
     bad = np.ones((2, SEQ + 1), dtype=bool)
     with pytest.raises(ValueError, match="mask"):
-        case.apply(case.make(FEATURES), x, **_mask_kwargs(case, bad))
+        case.apply(case.make(), x, **_mask_kwargs(case, bad))
 
 
-@case_params
+@all_cases
 def test_input_of_wrong_rank_raises(case):
-    with pytest.raises(ValueError, match="3-D"):
-        case.apply(case.make(FEATURES), np.zeros((2, FEATURES), "float32"))
+    if case.ids:
+        bad, expected = np.zeros((2, SEQ, 1), "int32"), "2-D"
+    else:
+        bad, expected = np.zeros((2, FEATURES), "float32"), "3-D"
+    with pytest.raises(ValueError, match=expected):
+        case.apply(case.make(), bad)
+
+
+# ----------------------------------------------------------------- config
+
+
+def _constructor_arguments(cls):
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    return [p for p in parameters if p.name not in ("self", "kwargs")]
+
+
+@pytest.mark.backend_independent
+@all_cases
+def test_every_constructor_argument_round_trips_through_get_config(case):
+    cls = case.layer_class
+    arguments = _constructor_arguments(cls)
+    assert {p.name for p in arguments} == set(case.arguments), (
+        "the case must give a value for every constructor argument"
+    )
+    required = {
+        p.name: case.arguments[p.name] for p in arguments if p.default is p.empty
+    }
+    default_config = cls(**required).get_config()
+    for p in arguments:
+        layer = cls(**{**required, p.name: case.arguments[p.name]})
+        config = layer.get_config()
+        if p.default is p.empty:
+            assert config[p.name] == case.arguments[p.name], p.name
+        else:  # A non-default value shows in the config: it is kept.
+            assert config[p.name] != default_config[p.name], p.name
+        clone = cls.from_config(config)
+        assert clone.get_config() == config, p.name
+        json.dumps(config)  # serializable as is
+
+
+@pytest.mark.backend_independent
+@all_cases
+def test_no_attribute_shadows_a_keras_layer_attribute(case, rng):
+    layer = case.make()
+    case.apply(layer, _data(case, rng))  # built: sub-layers and weights exist
+    # Layer's own attributes, and those Keras's tooling reads off any layer
+    # when present (`Model.summary()` prints `layer.output_shape`).
+    base_attributes = set(dir(keras.layers.Layer)) | {"input_shape", "output_shape"}
+    plain = set(vars(keras.layers.Layer()))
+    shadowing = {
+        name
+        for name in set(vars(layer)) - plain
+        if name in base_attributes and not name.startswith("__")
+    }
+    assert not shadowing, f"attributes shadowing keras.layers.Layer: {shadowing}"
+
+
+@pytest.mark.backend_independent
+def test_every_public_layer_has_a_contract_case():
+    public = {
+        name
+        for name in keras_selfattn.__all__
+        if isinstance(getattr(keras_selfattn, name), type)
+        and issubclass(getattr(keras_selfattn, name), keras.layers.Layer)
+    }
+    assert public == {case.layer_class.__name__ for case in CASES}
 
 
 # ----------------------------------------------------------------- saving
-
-
-@case_params
-def test_get_config_round_trip(case):
-    layer = case.make(FEATURES)
-    config = layer.get_config()
-    clone = layer.__class__.from_config(config)
-    assert clone.get_config() == config
-    json.dumps(config)  # serializable as is
 
 
 @pytest.fixture(scope="module")
 def saved_models(tmp_path_factory):
     """One saved .keras model per case, with its predictions on fixed input."""
     folder = tmp_path_factory.mktemp("saved")
-    rng = np.random.default_rng(3)
-    tokens = _padded_tokens(rng)
+    tokens = _padded_tokens(np.random.default_rng(3))
     np.save(folder / "tokens.npy", tokens)
     expected = {}
     for case in CASES:
-        tokens_in = keras.Input((None,), dtype="int32")
-        x = keras.layers.Embedding(VOCAB, FEATURES, mask_zero=True)(tokens_in)
-        x = case.apply(case.make(FEATURES), x)
-        model = keras.Model(tokens_in, x)
+        model, _ = _masked_model(case)
         model.save(folder / f"{case.name}.keras")
         expected[case.name] = model.predict(tokens, verbose=0)
     return folder, expected
@@ -285,7 +389,7 @@ def test_save_and_load_in_fresh_process_without_custom_objects(
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-@scoring_case_params
+@all_cases
 def test_mixed_precision_is_finite_and_close_to_float32(case, rng, policy):
     # Large inputs give logits in the thousands. The float32 reference gets the
     # same inputs and weights rounded to the half type, so that what is
@@ -293,30 +397,40 @@ def test_mixed_precision_is_finite_and_close_to_float32(case, rng, policy):
     half = policy.split("_")[1]
 
     def rounded(array):
-        return _np(keras.ops.cast(keras.ops.cast(array, half), "float32"))
+        return to_numpy(keras.ops.cast(keras.ops.cast(array, half), "float32"))
 
-    x = rounded(rng.normal(size=(4, SEQ, FEATURES)) * 30)
-    layer32 = case.make(FEATURES)
+    x = _data(case, rng, batch=4)
+    if not case.ids:
+        x = rounded(x * 30)
+    layer32 = case.make()
     case.apply(layer32, x)
     layer32.set_weights([rounded(w) for w in layer32.get_weights()])
-    ref, weights = case.apply(layer32, x, return_attention_scores=True)
-    ref, weights = _np(ref), _np(weights)
     keras.config.set_dtype_policy(policy)
-    layer = case.make(FEATURES)
+    layer = case.make()
     case.apply(layer, x)
     layer.set_weights(layer32.get_weights())
     out = case.apply(layer, x)
     assert keras.backend.standardize_dtype(out.dtype) == half
-    out = _np(keras.ops.cast(out, "float32"))
+    out = to_numpy(keras.ops.cast(out, "float32"))
     assert np.all(np.isfinite(out))
+    keras.config.set_dtype_policy("float32")
+    tolerance = 0.02 if half == "float16" else 0.05
+    if not case.scores:
+        ref = to_numpy(case.apply(layer32, x))
+        np.testing.assert_allclose(out, ref, atol=tolerance * np.abs(ref).max())
+        return
+    ref, weights = case.apply(layer32, x, return_attention_scores=True)
+    ref, weights = to_numpy(ref), to_numpy(weights)
     # With logits in the thousands, the half-precision projections move each
     # logit by a few units, which may swap two keys whose logits are that
-    # close. Compare the positions where every head decides clearly: the
-    # runner-up key has under 3e-4 of the top key's weight (a logit gap > 8).
+    # close. Compare the positions where every head decides clearly (the
+    # runner-up key has under 3e-4 of the top key's weight: a logit gap > 8),
+    # or where no head concentrates (top weight < 0.3 over 6 keys: moderate
+    # logits, which rounding moves only slightly).
     top2 = np.sort(weights, axis=-1)[..., -2:]
-    decisive = np.all(top2[..., 0] < 3e-4 * top2[..., 1], axis=1)  # (B, T)
-    assert decisive.mean() > 0.6, "the test input has too many near ties"
-    tolerance = 0.02 if half == "float16" else 0.05
+    stable = (top2[..., 0] < 3e-4 * top2[..., 1]) | (top2[..., 1] < 0.3)
+    compared = np.all(stable, axis=1)  # (batch, seq), or (batch,) when pooling
+    assert compared.mean() > 0.6, "the test input has too many near ties"
     np.testing.assert_allclose(
-        out[decisive], ref[decisive], atol=tolerance * np.abs(ref).max()
+        out[compared], ref[compared], atol=tolerance * np.abs(ref).max()
     )

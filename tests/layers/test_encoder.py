@@ -5,13 +5,9 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
-from keras import ops
 
 from keras_selfattn import TransformerEncoder
-
-
-def _np(x):
-    return keras.ops.convert_to_numpy(x)
+from tests.helpers import to_numpy
 
 
 def _layer_norm(x, gamma, beta, eps=1e-5):
@@ -27,14 +23,14 @@ def test_matches_reference_block(rng, normalize_first):
     layer = TransformerEncoder(16, num_heads=2, normalize_first=normalize_first)
     out, scores = layer(x, return_attention_scores=True)
     mha = layer.attention_layer
-    wq, bq = (_np(w) for w in mha.query_dense.weights)
-    wk, bk = (_np(w) for w in mha.key_dense.weights)
-    wv, bv = (_np(w) for w in mha.value_dense.weights)
-    wo, bo = (_np(w) for w in mha.output_dense.weights)
-    g1, b1 = (_np(w) for w in layer.attention_norm.weights)
-    g2, b2 = (_np(w) for w in layer.feedforward_norm.weights)
-    w1, c1 = (_np(w) for w in layer.intermediate_dense.weights)
-    w2, c2 = (_np(w) for w in layer.output_dense.weights)
+    wq, bq = (to_numpy(w) for w in mha.query_dense.weights)
+    wk, bk = (to_numpy(w) for w in mha.key_dense.weights)
+    wv, bv = (to_numpy(w) for w in mha.value_dense.weights)
+    wo, bo = (to_numpy(w) for w in mha.output_dense.weights)
+    g1, b1 = (to_numpy(w) for w in layer.attention_norm.weights)
+    g2, b2 = (to_numpy(w) for w in layer.feedforward_norm.weights)
+    w1, c1 = (to_numpy(w) for w in layer.intermediate_dense.weights)
+    w2, c2 = (to_numpy(w) for w in layer.output_dense.weights)
 
     def attention(h):
         q = np.einsum("btd,dhk->bthk", h, wq) + bq
@@ -57,8 +53,8 @@ def test_matches_reference_block(rng, normalize_first):
         a, w = attention(x)
         h = _layer_norm(x + a, g1, b1)
         ref = _layer_norm(h + ffn(h), g2, b2)
-    np.testing.assert_allclose(_np(out), ref, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(_np(scores), w, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(out), ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(to_numpy(scores), w, rtol=1e-4, atol=1e-5)
 
 
 def test_same_as_block_on_keras_multi_head_attention(rng):
@@ -70,7 +66,9 @@ def test_same_as_block_on_keras_multi_head_attention(rng):
     assert isinstance(theirs.attention_layer, keras.layers.MultiHeadAttention)
     assert not isinstance(ours.attention_layer, keras.layers.MultiHeadAttention)
     theirs.set_weights(ours.get_weights())
-    np.testing.assert_allclose(_np(ours(x)), _np(theirs(x)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        to_numpy(ours(x)), to_numpy(theirs(x)), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_masks(rng):
@@ -78,109 +76,36 @@ def test_masks(rng):
     mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=bool)
     layer = TransformerEncoder(16, num_heads=2)
     out, scores = layer(x, mask=mask, return_attention_scores=True)
-    out, scores = _np(out), _np(scores)
+    out, scores = to_numpy(out), to_numpy(scores)
     np.testing.assert_array_equal(scores[0, :, :, 3:], 0.0)  # padded keys
     np.testing.assert_array_equal(scores[0, :, 3:, :], 0.0)  # padded queries
     np.testing.assert_array_equal(out[0, 3:], 0.0)
     changed = x.copy()
     changed[0, 3:] = 100.0
     np.testing.assert_allclose(
-        _np(layer(changed, mask=mask))[0, :3], out[0, :3], rtol=1e-5, atol=1e-5
+        to_numpy(layer(changed, mask=mask))[0, :3], out[0, :3], rtol=1e-5, atol=1e-5
     )
     # The real positions equal the same review without padding.
-    alone = _np(layer(x[:1, :3]))
+    alone = to_numpy(layer(x[:1, :3]))
     np.testing.assert_allclose(alone[0], out[0, :3], rtol=1e-5, atol=1e-5)
-
-
-def test_keras_mask_in_functional_model_and_handed_on():
-    ids = keras.Input(shape=(None,), dtype="int32")
-    x = keras.layers.Embedding(20, 8, mask_zero=True)(ids)
-    encoder = TransformerEncoder(16, num_heads=2)
-    y, scores = encoder(x, return_attention_scores=True)
-    assert tuple(y.shape) == (None, None, 8)
-    assert tuple(scores.shape) == (None, 2, None, None)
-    z = keras.layers.GlobalAveragePooling1D()(y)
-    model = keras.Model(ids, [y, z])
-    data = np.array([[3, 4, 0, 0], [1, 2, 3, 4]], dtype="int32")
-    out, pooled = (_np(t) for t in model(data))
-    np.testing.assert_array_equal(out[0, 2:], 0.0)
-    # GlobalAveragePooling1D got the handed-on mask: it averages real tokens only.
-    np.testing.assert_allclose(pooled[0], out[0, :2].mean(0), rtol=1e-5, atol=1e-6)
-
-
-def test_sequential_fit_loss_falls(rng):
-    x = rng.integers(1, 20, size=(64, 8)).astype("int32")
-    y = (x[:, 0] > 10).astype("float32")
-    model = keras.Sequential(
-        [
-            keras.Input(shape=(8,), dtype="int32"),
-            keras.layers.Embedding(20, 8, mask_zero=True),
-            TransformerEncoder(16, num_heads=2, dropout=0.1, seed=3),
-            keras.layers.GlobalAveragePooling1D(),
-            keras.layers.Dense(1, activation="sigmoid"),
-        ]
-    )
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy")
-    history = model.fit(x, y, epochs=6, batch_size=16, verbose=0)
-    assert history.history["loss"][-1] < history.history["loss"][0]
 
 
 def test_causal(rng):
     x = rng.normal(size=(1, 4, 8)).astype("float32")
     layer = TransformerEncoder(16, num_heads=2)
     _, scores = layer(x, use_causal_mask=True, return_attention_scores=True)
-    scores = _np(scores)
+    scores = to_numpy(scores)
     assert np.all(scores[..., np.triu_indices(4, 1)[0], np.triu_indices(4, 1)[1]] == 0)
 
 
 def test_dropout_only_in_training(rng):
     x = rng.normal(size=(2, 5, 8)).astype("float32")
     layer = TransformerEncoder(16, num_heads=2, dropout=0.5, seed=1)
-    np.testing.assert_allclose(_np(layer(x)), _np(layer(x)), atol=0)
-    assert not np.allclose(_np(layer(x, training=True)), _np(layer(x)))
+    np.testing.assert_allclose(to_numpy(layer(x)), to_numpy(layer(x)), atol=0)
+    assert not np.allclose(to_numpy(layer(x, training=True)), to_numpy(layer(x)))
 
 
-def test_config_round_trip():
-    layer = TransformerEncoder(
-        32,
-        num_heads=4,
-        dropout=0.1,
-        attention_dropout=0.2,
-        activation="gelu",
-        normalize_first=True,
-        seed=7,
-        name="enc",
-    )
-    config = layer.get_config()
-    clone = TransformerEncoder.from_config(config)
-    assert clone.get_config() == config
-    assert clone.intermediate_dim == 32 and clone.normalize_first is True
-
-
-def test_save_and_load(tmp_path, rng):
-    inputs = keras.Input(shape=(None, 8))
-    model = keras.Model(inputs, TransformerEncoder(16, num_heads=2)(inputs))
-    x = rng.normal(size=(2, 5, 8)).astype("float32")
-    path = tmp_path / "m.keras"
-    model.save(path)
-    loaded = keras.models.load_model(path)
-    np.testing.assert_allclose(_np(loaded(x)), _np(model(x)), atol=0)
-
-
-@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-def test_mixed_precision(policy, rng):
-    x = rng.normal(size=(2, 5, 8)).astype("float32")
-    ref = TransformerEncoder(16, num_heads=2)
-    ref_out = _np(ref(x))
-    keras.config.set_dtype_policy(policy)
-    layer = TransformerEncoder(16, num_heads=2)
-    layer.build(x.shape)
-    layer.set_weights(ref.get_weights())
-    out = _np(ops.cast(layer(x), "float32"))
-    assert np.all(np.isfinite(out))
-    np.testing.assert_allclose(out, ref_out, atol=0.1, rtol=0.05)
-
-
+@pytest.mark.backend_independent
 @pytest.mark.parametrize(
     "kwargs, argument",
     [

@@ -1,0 +1,61 @@
+"""The package stands alone: its import loads no demo, and saved demo models
+load with nothing but `import keras_selfattn`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+
+def _run(code: str, env, *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_import_loads_no_demo_module(subprocess_env):
+    code = (
+        "import sys, keras_selfattn\n"
+        "print([m for m in sys.modules if m.startswith('keras_selfattn.imdb')])\n"
+    )
+    assert _run(code, subprocess_env) == "[]"
+
+
+@pytest.mark.tensorflow_only  # TextVectorization runs on TensorFlow.
+def test_demo_model_saved_before_the_move_loads_with_the_library_only(
+    subprocess_env,
+):
+    # tests/data/imdb_demo_v0.1.keras was saved by commit fa5a0f5, when the
+    # text pieces lived in keras_selfattn.imdb.text; its JSON holds the
+    # probabilities that model gave then.
+    expected = json.loads((DATA / "imdb_demo_v0.1.json").read_text())
+    code = (
+        "import json, sys, numpy as np, keras, keras_selfattn\n"
+        "model = keras.models.load_model(sys.argv[1])\n"
+        "texts = np.array(json.loads(sys.argv[2]), dtype=object)\n"
+        "p = model.predict(texts, verbose=0)[:, 0].tolist()\n"
+        "demo = [m for m in sys.modules if m.startswith('keras_selfattn.imdb')]\n"
+        "print(json.dumps([p, demo]))\n"
+    )
+    line = _run(
+        code,
+        subprocess_env,
+        str(DATA / "imdb_demo_v0.1.keras"),
+        json.dumps(expected["texts"]),
+    )
+    probabilities, demo_modules = json.loads(line)
+    assert demo_modules == []
+    np.testing.assert_allclose(probabilities, expected["probabilities"], rtol=1e-6)
