@@ -42,9 +42,7 @@ def test_docstring_examples_run(module_name):
 
 def test_every_public_class_and_the_kernel_has_an_example():
     documented = {
-        test.name.rsplit(".", 1)[-1]
-        for name in MODULES
-        for test in _examples(name)
+        test.name.rsplit(".", 1)[-1] for name in MODULES for test in _examples(name)
     }
     public = set(keras_selfattn.__all__) - {"__version__"}
     assert public <= documented, public - documented
