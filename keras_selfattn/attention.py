@@ -27,10 +27,18 @@ from keras_selfattn._validation import invalid as _invalid
 
 __all__ = ["scaled_dot_product_attention"]
 
-# Added to logits that may not be attended to. The softmax runs in float32, so
-# this constant is a float32 one whatever the compute dtype; it never meets a
-# float16 tensor, so it cannot overflow there.
-_MASKED_LOGIT = -0.7 * 3.4028235e38
+# The logit of a key that may not be attended to (or added to it, for a padded
+# key). The softmax runs in float32, so this is a float32 constant whatever the
+# compute dtype; it never meets a float16 tensor, so it cannot overflow there.
+# exp(_MASKED_LOGIT - m) is exactly 0 in float32 for any real logit m, and
+# twice the constant is still finite, so nothing becomes -inf or NaN.
+_MASKED_LOGIT = -0.3 * 3.4028235e38
+
+
+def _key_bias(key_mask):
+    """(B, Tk) padding mask -> (B, 1, 1, Tk) float32: 0 at real keys, the
+    masked logit at padded ones (added to the logits: one fused pass)."""
+    return ops.where(key_mask, 0.0, _MASKED_LOGIT)[:, None, None, :]
 
 
 def _validate_shapes(query, key, value) -> None:
@@ -122,6 +130,20 @@ def _normalize_mask(mask, batch, heads, q_len, k_len, squeezed_heads):
     return mask
 
 
+def _check_key_mask(key_mask, batch, k_len) -> None:
+    shape = tuple(key_mask.shape)
+    ok = len(shape) == 2 and all(
+        got is None or want is None or got == want
+        for got, want in zip(shape, (batch, k_len), strict=True)
+    )
+    if not ok:
+        raise _invalid(
+            "key_mask",
+            f"a boolean tensor of shape (batch, k_len) = {(batch, k_len)}",
+            f"<tensor of shape {shape}>",
+        )
+
+
 def _position_rule(rows, cols, causal, sliding_window):
     """Where query `rows` may see key `cols` by position (causal: j <= i;
     window: |i - j| < w), broadcast from their shapes; None if no rule."""
@@ -145,9 +167,16 @@ def _positional_mask(q_len, k_len, causal, sliding_window):
 
 
 def _plain_attention(
-    query, key, value, mask, scale, dropout, training, seed, return_scores
+    query, key, value, mask, key_mask, scale, dropout, training, seed, return_scores
 ):
-    """softmax(Q Kᵀ · scale) V with the full (B, H, Tq, Tk) weight matrix."""
+    """softmax(Q Kᵀ · scale) V with the full (B, H, Tq, Tk) weight matrix.
+
+    One masked pass before the softmax: padded keys get `_MASKED_LOGIT` added
+    (`key_mask`, (B, Tk)), other masked pairs are replaced by it (`mask`,
+    broadcastable to (B, H, Tq, Tk)). In a row with at least one allowed key
+    the float32 softmax then gives the masked keys exactly zero. Rows with no
+    allowed key are fixed afterwards, on the output and the scores only.
+    """
     compute_dtype = query.dtype
     # Q·Kᵀ and the softmax run in float32: a float16 Q·Kᵀ overflows as soon
     # as a logit passes 65504, and bfloat16 logits carry only 8 bits.
@@ -157,18 +186,52 @@ def _plain_attention(
     logits = ops.einsum(
         "bqhd,bkhd->bhqk", ops.multiply(query, ops.cast(scale, "float32")), key
     )
+    if key_mask is not None:
+        logits = ops.add(logits, _key_bias(key_mask))
     if mask is not None:
         logits = ops.where(mask, logits, _MASKED_LOGIT)
     weights = ops.softmax(logits, axis=-1)
+    # (B|1, H|1, Tq|1, 1): 1 where a row may attend to some key. A row with
+    # none came out of the softmax uniform; it must be zeros.
+    has_key = None
     if mask is not None:
-        # Exact zeros for masked keys, and all-zero rows where a query may
-        # attend to no key (the softmax above made those rows uniform).
-        weights = ops.where(mask, weights, 0.0)
-    scores = ops.cast(weights, compute_dtype) if return_scores else None
+        row_max = ops.max(logits, axis=-1, keepdims=True)
+        has_key = ops.cast(ops.greater(row_max, 0.5 * _MASKED_LOGIT), "float32")
+    elif key_mask is not None:
+        has_key = ops.cast(ops.any(key_mask, axis=-1), "float32")[:, None, None, None]
+    scores = None
+    if return_scores:
+        scores = weights if has_key is None else ops.multiply(weights, has_key)
+        scores = ops.cast(scores, compute_dtype)
     if training and dropout > 0.0:
         weights = keras.random.dropout(weights, dropout, seed=seed)
     output = ops.einsum("bhqk,bkhd->bqhd", ops.cast(weights, value.dtype), value)
+    if has_key is not None:
+        has_key = ops.transpose(has_key, (0, 2, 1, 3))  # (B|1, Tq|1, H|1, 1)
+        output = ops.multiply(output, ops.cast(has_key, output.dtype))
     return output, scores
+
+
+def masked_softmax(logits, mask=None, axis=-1):
+    """The kernel's softmax on its own, for code that computes its logits.
+
+    Runs in float32 and comes back in the dtype of `logits`. Where `mask`
+    (boolean, broadcastable to `logits`) is False the weight is exactly 0; a
+    row (over `axis`, an int or a tuple of ints) with no allowed entry is all
+    zeros. `keras_selfattn.MultiHeadAttention._masked_softmax`, the hook that
+    subclasses of Keras's layer call, uses it.
+    """
+    dtype = logits.dtype
+    logits = ops.cast(logits, "float32")
+    if mask is not None:
+        logits = ops.where(ops.cast(mask, "bool"), logits, _MASKED_LOGIT)
+    row_max = ops.max(logits, axis=axis, keepdims=True)
+    weights = ops.exp(ops.subtract(logits, row_max))
+    weights = ops.divide(weights, ops.sum(weights, axis=axis, keepdims=True))
+    if mask is not None:
+        has_key = ops.greater(row_max, 0.5 * _MASKED_LOGIT)
+        weights = ops.multiply(weights, ops.cast(has_key, "float32"))
+    return ops.cast(weights, dtype)
 
 
 # ---------------------------------------------------------------------------
@@ -198,10 +261,18 @@ AUTO_CHUNK_THRESHOLD = 2048
 AUTO_CHUNK_SIZE = 256
 
 
-def _online_softmax_block(s, keep, running_max, running_sum):
-    """One key block of the online softmax: (p, max, correction, sum)."""
+def _mask_block(s, bias, keep):
+    """The masked logits of one key block (as `_plain_attention` masks)."""
+    if bias is not None:
+        s = ops.add(s, bias)
     if keep is not None:
         s = ops.where(keep, s, _MASKED_LOGIT)
+    return s
+
+
+def _online_softmax_block(s, bias, keep, running_max, running_sum):
+    """One key block of the online softmax: (p, max, correction, sum)."""
+    s = _mask_block(s, bias, keep)
     new_max = ops.maximum(running_max, ops.max(s, axis=-1, keepdims=True))
     p = ops.exp(ops.subtract(s, new_max))
     correction = ops.exp(ops.subtract(running_max, new_max))
@@ -211,11 +282,9 @@ def _online_softmax_block(s, keep, running_max, running_sum):
     return p, new_max, correction, running_sum
 
 
-def _block_weights(s, keep, lse):
+def _block_weights(s, bias, keep, lse):
     """The softmax weights of one key block, recomputed from the log-sum-exp."""
-    if keep is not None:
-        s = ops.where(keep, s, _MASKED_LOGIT)
-    return ops.exp(ops.subtract(s, lse))
+    return ops.exp(ops.subtract(_mask_block(s, bias, keep), lse))
 
 
 def _block_logit_grads(p, d_p, delta):
@@ -224,16 +293,18 @@ def _block_logit_grads(p, d_p, delta):
 
 
 def _chunked_attention(
-    query, key, value, mask, scale, causal, sliding_window, chunk_size
+    query, key, value, mask, key_mask, scale, causal, sliding_window, chunk_size
 ):
     """The attention output, computed over blocks of `chunk_size` keys.
 
     Shapes as `_plain_attention` (4-D, `(batch, seq, heads, dim)`), with
     static `q_len` and `k_len`; `mask` is the normalized user mask (4-D,
-    broadcastable) or None. The causal and sliding-window rules and the
-    padding of the last block are applied per block, from indices, so no
-    (q_len, k_len) tensor is ever built. Everything runs in float32 and the
-    output comes back in the dtype of `value`.
+    broadcastable) or None, `key_mask` the (B, Tk) padding mask or None. The
+    padding mask and the padding of the last block become a per-key bias,
+    cut into blocks; the causal and sliding-window rules are applied per
+    block, from indices. So no (q_len, k_len) tensor is ever built, and none
+    from padding at all. Everything runs in float32 and the output comes back
+    in the dtype of `value`.
     """
     q_len, k_len = int(query.shape[1]), int(key.shape[1])
     heads, dim, value_dim = query.shape[2], query.shape[3], value.shape[3]
@@ -272,7 +343,17 @@ def _chunked_attention(
             lead = tuple(ops.shape(m)[:3])  # Dynamic where unknown.
             m = ops.reshape(m, (*lead, num_blocks, size))
             mask_blocks = ops.transpose(m, (3, 0, 1, 2, 4))
-    positional = causal or sliding_window is not None or padding > 0
+    # Padded keys, and the columns that pad the last block, get a bias.
+    bias_blocks = None
+    if key_mask is not None or padding:
+        real = key_mask if key_mask is not None else ops.ones((1, k_len), "bool")
+        if padding:
+            real = ops.pad(real, ((0, 0), (0, padding)), constant_values=False)
+        bias = ops.where(real, 0.0, _MASKED_LOGIT)
+        lead = ops.shape(bias)[0]  # Dynamic where unknown.
+        bias = ops.reshape(bias, (lead, num_blocks, 1, 1, size))
+        bias_blocks = ops.transpose(bias, (1, 0, 2, 3, 4))
+    positional = causal or sliding_window is not None
     rows = ops.expand_dims(ops.arange(q_len, dtype="int32"), 1)
     offsets = ops.expand_dims(ops.arange(size, dtype="int32"), 0)
 
@@ -282,30 +363,37 @@ def _chunked_attention(
         if positional:
             cols = ops.add(ops.multiply(block, size), offsets)
             rule = _position_rule(rows, cols, causal, sliding_window)
-            if padding:
-                real = ops.less(cols, k_len)
-                rule = real if rule is None else ops.logical_and(rule, real)
             rule = ops.expand_dims(ops.expand_dims(rule, 0), 0)
             result = rule if result is None else ops.logical_and(result, rule)
         return result
 
-    def unpack(x):
-        k_block, v_block, block = x[:3]
-        return k_block, v_block, block, x[3] if len(x) > 3 else None
+    names = ["k", "v", "block"]
+    xs = [k_blocks, v_blocks, block_ids]
+    for name, blocks_of in (("bias", bias_blocks), ("mask", mask_blocks)):
+        if blocks_of is not None:
+            names.append(name)
+            xs.append(blocks_of)
 
-    xs = (k_blocks, v_blocks, block_ids)
-    if mask_blocks is not None:
-        xs += (mask_blocks,)
+    def unpack(x):
+        """A block's (k, v, index, bias or None, mask or None)."""
+        parts = dict(zip(names, x, strict=True))
+        return (
+            parts["k"],
+            parts["v"],
+            parts["block"],
+            parts.get("bias"),
+            parts.get("mask"),
+        )
 
     def forward(q, k_blocks, v_blocks):
         def step(carry, x):
             running_max, running_sum, acc = carry
-            k_block, v_block, block, mask_block = unpack(x)
+            k_block, v_block, block, bias, mask_block = unpack(x)
             s = ops.einsum("bhqd,bhkd->bhqk", q, k_block)
             keep = allowed(block, mask_block)
             p, new_max, correction, running_sum = _backend.xla_fused(
                 _online_softmax_block
-            )(s, keep, running_max, running_sum)
+            )(s, bias, keep, running_max, running_sum)
             acc = ops.add(ops.multiply(acc, correction), ops.matmul(p, v_block))
             return (new_max, running_sum, acc), ()
 
@@ -333,9 +421,10 @@ def _chunked_attention(
 
         def step(carry, x):
             (d_q,) = carry
-            k_block, v_block, block, mask_block = unpack(x)
+            k_block, v_block, block, bias, mask_block = unpack(x)
             s = ops.einsum("bhqd,bhkd->bhqk", q, k_block)
-            p = _backend.xla_fused(_block_weights)(s, allowed(block, mask_block), lse)
+            keep = allowed(block, mask_block)
+            p = _backend.xla_fused(_block_weights)(s, bias, keep, lse)
             d_v = ops.einsum("bhqk,bhqd->bhkd", p, d_out)
             d_p = ops.einsum("bhqd,bhkd->bhqk", d_out, v_block)
             d_s = _backend.xla_fused(_block_logit_grads)(p, d_p, delta)
@@ -421,6 +510,7 @@ def scaled_dot_product_attention(
     value,
     mask=None,
     *,
+    key_mask=None,
     scale: float | None = None,
     causal: bool = False,
     sliding_window: int | None = None,
@@ -449,11 +539,15 @@ def scaled_dot_product_attention(
     dtype, so float16 and bfloat16 inputs neither overflow nor lose the
     logits' precision; the output comes back in the input dtype.
 
-    Masking: `mask` is boolean, True where a query may attend to a key. The
-    causal and sliding-window rules are combined with it (logical and). A
+    Masking: `mask` is boolean, True where a query may attend to a key;
+    `key_mask` is a padding mask, True at the real keys of each sequence. The
+    causal and sliding-window rules are combined with both (logical and). A
     masked key gets exactly zero weight. A query row that may attend to no key
     at all outputs zeros and has all-zero weights; it is never NaN and never a
-    uniform average over padding.
+    uniform average over padding. Prefer `key_mask` for padding: it stays a
+    `(batch, k_len)` vector (a bias added to the logits), where the same
+    padding given as `mask` is a full `(batch, 1, q_len, k_len)` comparison.
+    Padded *queries* are the caller's to zero (the layers do).
 
     Paths: the plain path builds the full `(batch, heads, q_len, k_len)`
     weight matrix, so its memory grows with the square of the sequence
@@ -489,6 +583,9 @@ def scaled_dot_product_attention(
             `(batch, heads, q_len, k_len)`. A 3-D mask is read as
             `(batch, q_len, k_len)` and shared by all heads. Defaults to
             `None` (every key visible).
+        key_mask: Optional boolean tensor `(batch, k_len)`, True at real
+            keys, False at padding (a Keras mask, as `Embedding(mask_zero=True)`
+            makes it). Defaults to `None` (no padding).
         scale: Positive float multiplying the logits before the softmax.
             Defaults to `None`, meaning `1 / sqrt(dim)`.
         causal: Boolean. If True, query `i` sees key `j` only when `j <= i`.
@@ -560,7 +657,14 @@ def scaled_dot_product_attention(
         if not isinstance(mask, keras.KerasTensor):
             mask = ops.convert_to_tensor(mask)
         mask = _normalize_mask(mask, batch, heads, q_len, k_len, squeezed)
-    if any(isinstance(t, keras.KerasTensor) for t in (query, key, value, mask)):
+    if key_mask is not None:
+        if not isinstance(key_mask, keras.KerasTensor):
+            key_mask = ops.convert_to_tensor(key_mask)
+        _check_key_mask(key_mask, batch, k_len)
+        if key_mask.dtype != "bool":
+            key_mask = ops.cast(key_mask, "bool")
+    symbolic = (query, key, value, mask, key_mask)
+    if any(isinstance(t, keras.KerasTensor) for t in symbolic):
         spec = _SymbolicAttention(return_scores, squeezed)
         return spec.symbolic_call(query, key, value)
 
@@ -574,7 +678,7 @@ def scaled_dot_product_attention(
     scores = None
     if chunk is not None:
         output = _chunked_attention(
-            query, key, value, mask, scale, causal, sliding_window, chunk
+            query, key, value, mask, key_mask, scale, causal, sliding_window, chunk
         )
     else:
         positional = _positional_mask(
@@ -583,6 +687,9 @@ def scaled_dot_product_attention(
         if positional is not None:
             mask = positional if mask is None else ops.logical_and(mask, positional)
         if fused:
+            if key_mask is not None:
+                keys = key_mask[:, None, None, :]
+                mask = keys if mask is None else ops.logical_and(mask, keys)
             output = _backend.fused_attention(
                 query, key, value, mask, scale, flash_attention
             )
@@ -598,6 +705,7 @@ def scaled_dot_product_attention(
                 key,
                 value,
                 mask,
+                key_mask,
                 scale,
                 dropout,
                 training,

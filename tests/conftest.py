@@ -55,3 +55,21 @@ def subprocess_env():
     env["KERAS_BACKEND"] = BACKEND
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     return env
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Prints how Keras's own MultiHeadAttention tests fare on ours."""
+    counts = {}
+    for outcome in ("passed", "failed", "skipped", "xfailed", "xpassed", "error"):
+        counts[outcome] = sum(
+            "test_keras_suite.py" in report.nodeid
+            and getattr(report, "when", "call") in ("call", "setup")
+            for report in terminalreporter.stats.get(outcome, [])
+        )
+    total = sum(counts.values())
+    if total:
+        listed = ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n)
+        terminalreporter.write_line(
+            f"Keras's multi_head_attention_test.py on keras_selfattn"
+            f".MultiHeadAttention ({BACKEND}): {listed} of {total}"
+        )

@@ -178,6 +178,78 @@ def test_fully_masked_rows_are_zero_not_nan(rng, flash):
     np.testing.assert_array_equal(to_numpy(weights)[0, :, 2], 0.0)
 
 
+_KEY_MASK_OPTIONS = {
+    "alone": {},
+    "causal": {"causal": True},
+    "window_2": {"sliding_window": 2},
+    "with_mask": {"mask": "random"},
+}
+
+
+@pytest.mark.parametrize(
+    "options", _KEY_MASK_OPTIONS.values(), ids=_KEY_MASK_OPTIONS.keys()
+)
+@pytest.mark.parametrize("flash", [None, False], ids=["default_path", "plain_path"])
+def test_key_mask_is_padding(rng, options, flash):
+    # Sequence 0 is all padding; the others have 1..6 real keys.
+    q, k, v = (
+        _random(rng, 3, 5, 2, 4),
+        _random(rng, 3, 6, 2, 4),
+        _random(rng, 3, 6, 2, 4),
+    )
+    key_mask = np.arange(6)[None, :] < np.array([0, 2, 6])[:, None]
+    options = dict(options)
+    if options.get("mask") == "random":
+        options["mask"] = rng.random((3, 5, 6)) > 0.3
+    full = key_mask[:, None, None, :]
+    if "mask" in options:
+        full = full & options["mask"][:, None]
+    ref_kwargs = {key: value for key, value in options.items() if key != "mask"}
+    ref_out, ref_weights = reference_attention(q, k, v, full, **ref_kwargs)
+    out = scaled_dot_product_attention(
+        q, k, v, key_mask=key_mask, flash_attention=flash, **options
+    )
+    np.testing.assert_allclose(to_numpy(out), ref_out, atol=1e-5)
+    _, weights = scaled_dot_product_attention(
+        q, k, v, key_mask=key_mask, return_scores=True, **options
+    )
+    weights = to_numpy(weights)
+    np.testing.assert_allclose(weights, ref_weights, atol=1e-6)
+    np.testing.assert_array_equal(weights[~np.broadcast_to(full, weights.shape)], 0.0)
+    np.testing.assert_array_equal(to_numpy(out)[0], 0.0)  # no real key at all
+    # Whatever sits at padded keys changes nothing.
+    k2, v2 = k.copy(), v.copy()
+    k2[~key_mask], v2[~key_mask] = 1e4, -1e4
+    moved = scaled_dot_product_attention(
+        q, k2, v2, key_mask=key_mask, flash_attention=flash, **options
+    )
+    np.testing.assert_allclose(to_numpy(moved), to_numpy(out), atol=1e-6)
+
+
+def test_key_mask_gradients_are_finite_and_zero_for_all_padding(rng):
+    q, k, v = (_random(rng, 2, 4, 4) for _ in range(3))
+    key_mask = np.array([[False] * 4, [True, True, False, False]])
+
+    def loss(q, k, v):
+        out = scaled_dot_product_attention(q, k, v, key_mask=key_mask)
+        return ops.sum(out**2)
+
+    d_q, d_k, d_v = gradients(loss, q, k, v)
+    for grad in (d_q, d_k, d_v):
+        assert np.all(np.isfinite(grad))
+    np.testing.assert_array_equal(d_q[0], 0.0)
+    np.testing.assert_array_equal(d_k[1, 2:], 0.0)  # padded keys: no gradient
+    np.testing.assert_array_equal(d_v[1, 2:], 0.0)
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("shape", [(2, 1, 6), (3, 6), (2, 5)], ids=str)
+def test_key_mask_of_wrong_shape_raises(rng, shape):
+    q = _random(rng, 2, 6, 4)
+    with pytest.raises(ValueError, match=r"`key_mask`.*\(batch, k_len\)"):
+        scaled_dot_product_attention(q, q, q, key_mask=np.ones(shape, bool))
+
+
 def test_window_larger_than_sequence_is_full_attention(rng):
     q, k, v = (_random(rng, 1, 5, 4) for _ in range(3))
     a = scaled_dot_product_attention(q, k, v, sliding_window=99)

@@ -30,7 +30,9 @@ def _qkv(rng, batch=2, q_len=13, k_len=13, heads=3, dim=8, value_dim=8, rank=4):
 # Each case: shapes for _qkv, kernel options, a mask recipe and chunk sizes.
 # Mask recipes are drawn with the case's shapes: "keys" (batch, 1, 1, k_len),
 # "full" (batch, heads, q_len, k_len), "3d" (batch, q_len, k_len), "2d"
-# (q_len, k_len), "queries" (batch, 1, q_len, 1), each with fully-masked rows.
+# (q_len, k_len), "queries" (batch, 1, q_len, 1), each with fully-masked rows;
+# "pad" is a `key_mask` (batch, k_len) with one sequence all padding, and
+# "pad+full" that key_mask with a "full" mask.
 CASES = {
     "plain-13-chunk5": (dict(), dict(), None, (5,)),
     "chunk1-and-chunk-larger-than-seq": (dict(), dict(), None, (1, 64)),
@@ -53,6 +55,20 @@ CASES = {
     "mask-2d-chunk3": (dict(), dict(), "2d", (3,)),
     "mask-queries-only-chunk4": (dict(), dict(), "queries", (4,)),
     "mask-3d-inputs-chunk5": (dict(rank=3, heads=1), dict(), "3d", (5,)),
+    "padding-chunk4": (dict(), dict(), "pad", (4,)),
+    "padding-causal-cross-q7-k11": (
+        dict(q_len=7, k_len=11),
+        dict(causal=True),
+        "pad",
+        (3,),
+    ),
+    "padding-window-3d-inputs": (
+        dict(rank=3, heads=1),
+        dict(sliding_window=3),
+        "pad",
+        (5,),
+    ),
+    "padding-and-full-mask-chunk6": (dict(), dict(), "pad+full", (6,)),
     "mask-causal-window-scale": (
         dict(),
         dict(causal=True, sliding_window=5, scale=0.3),
@@ -62,9 +78,22 @@ CASES = {
 }
 
 
-def _mask(rng, recipe, batch, q_len, k_len, heads):
+def _masks(rng, recipe, batch, q_len, k_len, heads):
+    """The (mask, key_mask) keyword arguments of a recipe."""
     if recipe is None:
-        return None
+        return {}
+    if recipe.startswith("pad"):
+        lengths = rng.integers(1, k_len + 1, size=batch)
+        lengths[0] = 0  # Every row of batch 0 sees only padding.
+        key_mask = np.arange(k_len)[None, :] < lengths[:, None]
+        masks = {"key_mask": key_mask}
+        if recipe == "pad+full":
+            masks["mask"] = _mask(rng, "full", batch, q_len, k_len, heads)
+        return masks
+    return {"mask": _mask(rng, recipe, batch, q_len, k_len, heads)}
+
+
+def _mask(rng, recipe, batch, q_len, k_len, heads):
     shapes = {
         "keys": (batch, 1, 1, k_len),
         "full": (batch, heads, q_len, k_len),
@@ -89,13 +118,13 @@ def test_chunked_equals_plain_outputs_and_gradients(rng, case):
     q, k, v = _qkv(rng, **shapes)
     upstream = rng.normal(size=q.shape[:-1] + v.shape[-1:]).astype("float32")
     heads = shapes.get("heads", 3) if shapes.get("rank", 4) == 4 else 1
-    mask = _mask(rng, recipe, q.shape[0], q.shape[1], k.shape[1], heads)
+    masks = _masks(rng, recipe, q.shape[0], q.shape[1], k.shape[1], heads)
 
     def variant(chunk_size):
         def attend(q, k, v):
             if chunk_size is None:
-                return sdpa(q, k, v, mask, flash_attention=False, **options)
-            return sdpa(q, k, v, mask, chunk_size=chunk_size, **options)
+                return sdpa(q, k, v, flash_attention=False, **masks, **options)
+            return sdpa(q, k, v, chunk_size=chunk_size, **masks, **options)
 
         return attend
 
@@ -390,3 +419,58 @@ def test_training_memory_is_far_below_one_weight_matrix(subprocess_env):
     matrix_kib = 8 * length * length * 4 // 1024
     chunked = _peak_kib(256, length, subprocess_env)
     assert chunked < matrix_kib // 2, (chunked, matrix_kib)
+
+
+# ---------------------------------------------- no (q_len, k_len) from padding
+
+
+def _traced_shapes(fn, *args):
+    """The static shape of every tensor in the TensorFlow graph of `fn(*args)`
+    and its gradient, nested function bodies (the block loop) included."""
+    import tensorflow as tf
+
+    @tf.function
+    def run(*tensors):
+        with tf.GradientTape() as tape:
+            tape.watch([t for t in tensors if t.dtype.is_floating])
+            out = fn(*tensors)
+        return tape.gradient(tf.reduce_sum(out), tensors[0])
+
+    graph = run.get_concrete_function(*(tf.constant(a) for a in args)).graph
+    shapes, graphs, seen = [], [graph], set()
+    while graphs:
+        g = graphs.pop()
+        for op in g.get_operations():
+            shapes += [t.shape.as_list() for t in op.outputs if t.shape.rank]
+        for function in getattr(g, "_functions", {}).values():
+            if id(function.graph) not in seen:
+                seen.add(id(function.graph))
+                graphs.append(function.graph)
+    return shapes
+
+
+def _query_by_key(shapes, q_len, k_lens):
+    return [s for s in shapes if q_len in s and any(k in s for k in k_lens)]
+
+
+@pytest.mark.tensorflow_only
+def test_padding_builds_no_query_by_key_tensor_on_the_chunked_path(rng):
+    # Lengths no other dimension shares: 37 queries, 53 keys (56 in blocks of 8).
+    q, k, v = _qkv(rng, q_len=37, k_len=53, heads=2, dim=4, value_dim=4)
+    key_mask = np.arange(53)[None, :] < np.array([[20], [53]])
+    lengths = (53, 56)
+
+    def with_key_mask(q, k, v, key_mask):
+        return sdpa(q, k, v, key_mask=key_mask, causal=True, chunk_size=8)
+
+    assert not _query_by_key(
+        _traced_shapes(with_key_mask, q, k, v, key_mask), 37, lengths
+    )
+
+    # The detector sees such a tensor where one is built: the same padding
+    # given as a (batch, 1, q_len, k_len) mask, as the layers once did.
+    def with_full_mask(q, k, v, key_mask):
+        mask = key_mask[:, None, None, :] & keras.ops.ones((37, 1), "bool")
+        return sdpa(q, k, v, mask, chunk_size=8)
+
+    assert _query_by_key(_traced_shapes(with_full_mask, q, k, v, key_mask), 37, lengths)

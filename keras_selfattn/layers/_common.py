@@ -9,28 +9,20 @@ from keras_selfattn._validation import invalid
 
 
 def check_keras_mask(argument: str, mask, inputs) -> None:
-    """Checks that a Keras mask is (batch, seq) for `inputs` (batch, seq, d)."""
-    expected = f"a (batch, seq) mask matching the input's {tuple(inputs.shape[:2])}"
+    """Checks that a Keras mask fits `inputs` (batch, *dims, features): its
+    shape is (batch, *dims)."""
+    want = tuple(inputs.shape[:-1])
     shape = tuple(mask.shape)
-    if len(shape) != 2:
-        raise invalid(argument, expected, f"<tensor of shape {shape}>")
-    for got, want in zip(shape, inputs.shape[:2], strict=True):
-        if got is not None and want is not None and got != want:
-            raise invalid(argument, expected, f"<tensor of shape {shape}>")
-
-
-def padding_mask(query_mask, key_mask):
-    """(B, Tq) and (B, Tk) Keras masks -> (B, 1, Tq, Tk) attention mask.
-
-    Either may be None. Returns None when both are.
-    """
-    mask = None
-    if query_mask is not None:
-        mask = ops.cast(query_mask, "bool")[:, None, :, None]
-    if key_mask is not None:
-        keys = ops.cast(key_mask, "bool")[:, None, None, :]
-        mask = keys if mask is None else ops.logical_and(mask, keys)
-    return mask
+    fits = len(shape) == len(want) and all(
+        got is None or expected is None or got == expected
+        for got, expected in zip(shape, want, strict=True)
+    )
+    if not fits:
+        raise invalid(
+            argument,
+            f"a mask of shape (batch, *dims) matching the input's {want}",
+            f"<tensor of shape {shape}>",
+        )
 
 
 def zero_padded(outputs, query_mask):
@@ -39,6 +31,18 @@ def zero_padded(outputs, query_mask):
         return outputs
     keep = ops.cast(query_mask, outputs.dtype)
     return ops.multiply(outputs, ops.expand_dims(keep, -1))
+
+
+def zero_padded_scores(scores, query_mask):
+    """Zeros the rows of padded queries in (B, H, Tq, Tk) attention `scores`.
+
+    The kernel gets padding as a key mask only, so it gives a padded query
+    the weights of a real one; a padded position has no attention at all.
+    """
+    if query_mask is None or scores is None:
+        return scores
+    keep = ops.cast(query_mask, scores.dtype)[:, None, :, None]
+    return ops.multiply(scores, keep)
 
 
 def clone_initializer(initializer: keras.initializers.Initializer):

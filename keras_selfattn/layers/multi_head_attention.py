@@ -1,72 +1,72 @@
-"""MultiHeadAttention: a drop-in replacement for keras.layers.MultiHeadAttention."""
+"""MultiHeadAttention: keras.layers.MultiHeadAttention on this package's kernel."""
 
 from __future__ import annotations
 
-import string
+import math
 
 import keras
-from keras import constraints, initializers, ops, regularizers
+from keras import ops
 
 from keras_selfattn._validation import (
     check_paths,
     check_positive_float,
     check_positive_int,
-    check_rank,
     check_rate,
     invalid,
 )
-from keras_selfattn.attention import scaled_dot_product_attention
+from keras_selfattn.attention import masked_softmax, scaled_dot_product_attention
 from keras_selfattn.layers._common import (
     check_keras_mask,
-    clone_initializer,
-    padding_mask,
     zero_padded,
+    zero_padded_scores,
 )
-
-_LAYOUT = "(batch, seq, features)"
-
-
-def _projection(num_in: int, num_out: int):
-    """Einsum equation and bias axes: (b, t, *in) x (*in, *out) -> (b, t, *out)."""
-    letters = iter(string.ascii_lowercase[2:])
-    ins = "".join(next(letters) for _ in range(num_in))
-    outs = "".join(next(letters) for _ in range(num_out))
-    return f"ab{ins},{ins}{outs}->ab{outs}", outs
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
-class MultiHeadAttention(keras.layers.Layer):
+class MultiHeadAttention(keras.layers.MultiHeadAttention):
     """Multi-head attention, a drop-in for `keras.layers.MultiHeadAttention`.
 
-    Shapes: `query` `(batch, q_len, query_dim)`, `value` and `key`
-    `(batch, k_len, dim)` in; `(batch, q_len, output_dim)` out, where
-    `output_dim` is `query_dim` unless `output_shape` says otherwise; with
-    `return_attention_scores=True`, also the weights
-    `(batch, num_heads, q_len, k_len)`.
+    Shapes: `query` `(batch, *query_dims, query_features)`, `value` and `key`
+    `(batch, *key_dims, features)` in (any rank of 3 or more);
+    `(batch, *query_dims, output_dim)` out, where `output_dim` is
+    `query_features` unless `output_shape` says otherwise. With
+    `return_attention_scores=True`, also the weights: for 3-D inputs
+    `(batch, num_heads, q_len, k_len)`; in general
+    `(batch, *other_dims, num_heads, *query_attention_dims,
+    *key_attention_dims)`, as Keras lays them out.
 
-    The constructor, the call signature and the weights (names, order and
-    shapes) are those of `keras.layers.MultiHeadAttention`, so
-    `ours.set_weights(theirs.get_weights())` reproduces Keras's results. The
-    attention itself is `keras_selfattn.scaled_dot_product_attention`, which
-    differs from Keras where Keras is wrong or inconsistent:
+    This is a subclass of `keras.layers.MultiHeadAttention`: the constructor,
+    the call signature, the weights (names, order, shapes), `attention_axes`,
+    LoRA (`layer.query_dense.enable_lora(rank)`), quantization
+    (`quantize("int8")`, `"float8"`), dtype policy maps and the subclassing
+    hooks (`_compute_attention`, `_masked_softmax`, `_sliding_window`,
+    `_output_shape`, `query_dense` ... `output_dense`) are Keras's, and
+    Keras's own test file passes on it (see the README). The attention
+    itself is `keras_selfattn.scaled_dot_product_attention`: the axes named
+    by `attention_axes` are flattened into one sequence (other axes join the
+    batch), so the kernel's memory-linear chunked path serves images and
+    other N-D inputs too. It differs from Keras where Keras is wrong or
+    inconsistent:
 
     - A query that may attend to no key (a padded query, or a mask row that
       is all False) gets all-zero weights and a zero output, on every path.
       Keras's fused path returns a uniform average over the masked keys, and
       its other path a softmax over large negative numbers.
+    - Padded query positions (the query's Keras mask) output zeros; Keras
+      outputs the projection of an average there.
     - With `return_attention_scores`, the symbolic score shape of
       cross-attention is `(batch, heads, q_len, k_len)`; Keras 3.15 reports
       `q_len` twice.
-    - With float16 inputs Q·Kᵀ and the softmax run in float32 and cannot
-      overflow; Keras's TensorFlow path computes Q·Kᵀ in float16.
-
-    Only the default `attention_axes` (attention over the sequence axis of
-    3-D inputs) is supported; any other value raises `NotImplementedError`.
+    - Q·Kᵀ and the softmax run in float32 under float16 and bfloat16 and
+      cannot overflow; Keras's TensorFlow path computes Q·Kᵀ in float16.
+    - With several attention axes, `use_causal_mask` is causal over the
+      flattened (row-major) positions.
 
     Masking: Keras masks on `query`, `value` and `key` are combined with
-    `attention_mask`, `use_causal_mask` and `sliding_window`. A padded key
-    gets exactly zero weight; a padded query position outputs zeros; the
-    output carries the query's mask.
+    `attention_mask`, `use_causal_mask` and `sliding_window`. Padding reaches
+    the kernel as a key mask (no `(q_len, k_len)` tensor is built from it);
+    a padded key gets exactly zero weight; a padded query position outputs
+    zeros; the output carries the query's mask.
 
     Args:
         num_heads: Positive integer, the number of attention heads.
@@ -78,18 +78,21 @@ class MultiHeadAttention(keras.layers.Layer):
         use_bias: Boolean, whether the projections use biases.
             Defaults to `True`.
         output_shape: Optional int or tuple, the shape of the output besides
-            the batch and sequence axes. Defaults to `None`, meaning the
+            the batch and query axes. Defaults to `None`, meaning the
             query's last dimension.
-        attention_axes: Must be `None` (the default) or the sequence axis;
-            other values raise `NotImplementedError`.
+        attention_axes: Optional int or tuple of ints, the axes attention
+            runs over (negative values count from the end). Defaults to
+            `None`: every axis between the batch and the features.
         sliding_window: Optional positive integer `w`: query `i` attends only
             to keys `j` with `|i - j| < w`. Defaults to `None`.
-        flash_attention: Optional boolean. `None` uses the backend's fused
+        flash_attention: Optional boolean. `None` (or Keras's
+            `keras.config.enable_flash_attention()`) uses the backend's fused
             kernel when the options allow; `True` insists on it: it forbids
             `dropout` and `return_attention_scores` (as Keras does) and
             raises a `ValueError` where the kernel cannot use it (see
-            `keras_selfattn.scaled_dot_product_attention`); `False` never
-            uses it. Defaults to `None`.
+            `keras_selfattn.scaled_dot_product_attention`); `False` (or
+            `keras.config.disable_flash_attention()`) never uses it.
+            Defaults to `None`.
         kernel_initializer: Initializer for the dense kernels.
             Defaults to `"glorot_uniform"`.
         bias_initializer: Initializer for the dense biases.
@@ -121,17 +124,18 @@ class MultiHeadAttention(keras.layers.Layer):
         **kwargs: Base layer arguments, such as `name` and `dtype`.
 
     Call arguments:
-        query: Query tensor `(batch, q_len, query_dim)`.
-        value: Value tensor `(batch, k_len, value_in_dim)`.
-        key: Optional key tensor `(batch, k_len, key_in_dim)`. Defaults to
-            `value`.
-        query_mask: Optional boolean `(batch, q_len)`. Keras fills it (and
-            `value_mask`, `key_mask`) from the inputs' Keras masks.
-        value_mask: Optional boolean `(batch, k_len)`.
-        key_mask: Optional boolean `(batch, k_len)`.
-        attention_mask: Optional boolean `(batch, q_len, k_len)` (or
-            broadcastable to `(batch, heads, q_len, k_len)`), True where a
-            query may attend to a key.
+        query: Query tensor `(batch, *query_dims, query_features)`.
+        value: Value tensor `(batch, *key_dims, features)`.
+        key: Optional key tensor `(batch, *key_dims, key_features)`.
+            Defaults to `value`.
+        query_mask: Optional boolean `(batch, *query_dims)`. Keras fills it
+            (and `value_mask`, `key_mask`) from the inputs' Keras masks.
+        value_mask: Optional boolean `(batch, *key_dims)`.
+        key_mask: Optional boolean `(batch, *key_dims)`.
+        attention_mask: Optional boolean mask, True where a query may attend
+            to a key: `(batch, q_len, k_len)` for 3-D inputs (or
+            broadcastable to `(batch, heads, q_len, k_len)`); for N-D inputs
+            the layout of the scores without the heads axis.
         return_attention_scores: Boolean. If True, return
             `(output, scores)`. Defaults to `False`.
         training: Python boolean, whether dropout is active.
@@ -139,8 +143,8 @@ class MultiHeadAttention(keras.layers.Layer):
             `j <= i`. Defaults to `False`.
 
     Returns:
-        `output` `(batch, q_len, output_dim)`, or the tuple
-        `(output, scores)` with `scores` `(batch, num_heads, q_len, k_len)`.
+        `output` `(batch, *query_dims, output_dim)`, or the tuple
+        `(output, scores)`.
 
     Example:
 
@@ -148,8 +152,11 @@ class MultiHeadAttention(keras.layers.Layer):
     >>> target = keras.Input(shape=[8, 16])
     >>> source = keras.Input(shape=[4, 16])
     >>> output, scores = layer(target, source, return_attention_scores=True)
-    >>> output.shape, scores.shape
+    >>> tuple(output.shape), tuple(scores.shape)
     ((None, 8, 16), (None, 2, 8, 4))
+    >>> images = np.random.rand(1, 5, 6, 3).astype("float32")
+    >>> tuple(MultiHeadAttention(2, 4)(images, images).shape)
+    (1, 5, 6, 3)
     """
 
     def __init__(
@@ -183,214 +190,67 @@ class MultiHeadAttention(keras.layers.Layer):
         check_positive_int("sliding_window", sliding_window, allow_none=True)
         check_positive_float("scale", scale, allow_none=True)
         check_paths(chunk_size, flash_attention, dropout)
-        if isinstance(output_shape, int):
-            output_shape = (output_shape,)
-        if output_shape is not None:
-            try:
-                output_shape = tuple(output_shape)
-            except TypeError:
-                output_shape = None
-            if not output_shape or not all(
-                isinstance(d, int) and d > 0 for d in output_shape
-            ):
-                raise invalid(
-                    "output_shape",
-                    "a positive int or a tuple of positive ints",
-                    output_shape,
-                )
-        if isinstance(attention_axes, int):
-            attention_axes = (attention_axes,)
-        if attention_axes is not None:
-            attention_axes = tuple(attention_axes)
-            if attention_axes not in ((1,), (-2,)):
-                raise NotImplementedError(
-                    "keras_selfattn.MultiHeadAttention attends over the "
-                    "sequence axis of 3-D inputs only; `attention_axes` must "
-                    f"be None. Received: attention_axes={attention_axes}"
-                )
-        super().__init__(activity_regularizer=activity_regularizer, **kwargs)
-        self.num_heads = num_heads
-        self.key_dim = key_dim
-        self.value_dim = value_dim
-        self.dropout = dropout
-        self.use_bias = use_bias
-        self._output_shape = output_shape
-        self.attention_axes = attention_axes
-        self.sliding_window = sliding_window
-        self.flash_attention = flash_attention
-        self.kernel_initializer = initializers.get(kernel_initializer)
-        self.bias_initializer = initializers.get(bias_initializer)
-        self.kernel_regularizer = regularizers.get(kernel_regularizer)
-        self.bias_regularizer = regularizers.get(bias_regularizer)
-        self.kernel_constraint = constraints.get(kernel_constraint)
-        self.bias_constraint = constraints.get(bias_constraint)
-        self.use_gate = use_gate
-        self.seed = seed
-        self.scale = scale
-        self.chunk_size = chunk_size
-        self.supports_masking = True
-        self.seed_generator = keras.random.SeedGenerator(seed)
+        _check_output_shape(output_shape)
+        _check_attention_axes(attention_axes)
+        super().__init__(
+            num_heads=num_heads,
+            key_dim=key_dim,
+            value_dim=value_dim,
+            dropout=dropout,
+            use_bias=use_bias,
+            output_shape=output_shape,
+            attention_axes=attention_axes,
+            sliding_window=sliding_window,
+            flash_attention=flash_attention,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            bias_regularizer=bias_regularizer,
+            activity_regularizer=activity_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
+            use_gate=use_gate,
+            seed=seed,
+            **kwargs,
+        )
+        # Keras reads `flash_attention or is_flash_attention_enabled()`, which
+        # turns an explicit False into "let the backend decide".
+        if flash_attention is None:
+            flash_attention = keras.config.is_flash_attention_enabled()
+        self._flash_attention = flash_attention
+        self._scale = scale
+        self._chunk_size = chunk_size
+        # Keras's hooks (and subclasses of them) scale by this attribute.
+        self._inverse_sqrt_key_dim = (
+            scale if scale is not None else 1.0 / math.sqrt(float(key_dim))
+        )
 
     @property
-    def _value_size(self) -> int:
-        return self.value_dim or self.key_dim
+    def scale(self) -> float | None:
+        """The `scale` argument (`None`: `1 / sqrt(key_dim)`)."""
+        return self._scale
 
-    def _dense(self, name, num_in, out_shape, activation=None):
-        equation, bias_axes = _projection(num_in, len(out_shape))
-        # A fresh initializer per sub-layer, as Keras does: unseeded, two
-        # projections start from different values; a seeded initializer
-        # gives every projection the same start, as in Keras.
-        dense = keras.layers.EinsumDense(
-            equation,
-            output_shape=(None,) + tuple(out_shape),
-            bias_axes=bias_axes if self.use_bias else None,
-            activation=activation,
-            kernel_initializer=clone_initializer(self.kernel_initializer),
-            bias_initializer=clone_initializer(self.bias_initializer),
-            kernel_regularizer=self.kernel_regularizer,
-            bias_regularizer=self.bias_regularizer,
-            kernel_constraint=self.kernel_constraint,
-            bias_constraint=self.bias_constraint,
-            dtype=self.dtype_policy,
-            name=name,
-        )
-        # The projections see masked inputs; the masks are applied in `call`,
-        # and a projection just hands them on (no warning about lost masks).
-        dense.supports_masking = True
-        return dense
+    @property
+    def chunk_size(self) -> int | None:
+        """The `chunk_size` argument."""
+        return self._chunk_size
+
+    # ------------------------------------------------------------ building
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
-        for name, shape in (
-            ("query", query_shape),
-            ("value", value_shape),
-            ("key", key_shape),
-        ):
-            check_rank(name, shape, 3, _LAYOUT)
-        if None not in (value_shape[1], key_shape[1]) and (
-            value_shape[1] != key_shape[1]
-        ):
-            raise invalid(
-                "key",
-                f"the same sequence length as `value` ({value_shape[1]})",
-                f"<tensor of shape {tuple(key_shape)}>",
-            )
-        heads = (self.num_heads, self.key_dim)
-        # Created in Keras's order, so get_weights()/set_weights() line up.
-        self._query_dense = self._dense("query", 1, heads)
-        self._query_dense.build(query_shape)
-        self._key_dense = self._dense("key", 1, heads)
-        self._key_dense.build(key_shape)
-        value_heads = (self.num_heads, self._value_size)
-        self._gate_dense = None
-        if self.use_gate:
-            self._gate_dense = self._dense("gate", 1, value_heads, activation="sigmoid")
-            self._gate_dense.build(query_shape)
-        self._value_dense = self._dense("value", 1, value_heads)
-        self._value_dense.build(value_shape)
-        out = self._output_shape or (query_shape[-1],)
-        self._output_dense = self._dense("attention_output", 2, out)
-        self._output_dense.build(tuple(query_shape[:2]) + value_heads)
-
-    @property
-    def query_dense(self):
-        return self._query_dense
-
-    @property
-    def key_dense(self):
-        return self._key_dense
-
-    @property
-    def value_dense(self):
-        return self._value_dense
-
-    @property
-    def output_dense(self):
-        return self._output_dense
-
-    def _check_inputs(self, query, value, key):
-        for name, tensor in (("query", query), ("value", value), ("key", key)):
-            check_rank(name, tensor.shape, 3, _LAYOUT)
-
-    def call(
-        self,
-        query,
-        value,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        return_attention_scores=False,
-        training=None,
-        use_causal_mask=False,
-    ):
-        if key is None:
-            key = value
-        self._check_inputs(query, value, key)
-        if return_attention_scores and self.flash_attention:
-            raise ValueError(
-                "Returning attention scores is not supported when flash "
-                "attention is enabled. Set `flash_attention=None` or "
-                "`return_attention_scores=False`. Received: "
-                f"flash_attention={self.flash_attention}"
-            )
-        for name, mask, tensor in (
-            ("query_mask", query_mask, query),
-            ("value_mask", value_mask, value),
-            ("key_mask", key_mask, key),
-        ):
-            if mask is not None:
-                check_keras_mask(name, mask, tensor)
-        keys_mask = value_mask
-        if key_mask is not None:
-            keys_mask = (
-                key_mask
-                if keys_mask is None
-                else ops.logical_and(
-                    ops.cast(keys_mask, "bool"), ops.cast(key_mask, "bool")
-                )
-            )
-        mask = padding_mask(query_mask, keys_mask)
-        if attention_mask is not None:
-            attention_mask = ops.convert_to_tensor(attention_mask)
-            if len(attention_mask.shape) == 3:
-                attention_mask = ops.expand_dims(attention_mask, 1)
-            attention_mask = ops.cast(attention_mask, "bool")
-            mask = (
-                attention_mask
-                if mask is None
-                else ops.logical_and(mask, attention_mask)
-            )
-
-        gate = self._gate_dense(query) if self._gate_dense is not None else None
-        result = scaled_dot_product_attention(
-            self._query_dense(query),
-            self._key_dense(key),
-            self._value_dense(value),
-            mask,
-            scale=self.scale,
-            causal=use_causal_mask,
-            sliding_window=self.sliding_window,
-            dropout=self.dropout,
-            training=bool(training),
-            seed=self.seed_generator,
-            return_scores=return_attention_scores,
-            flash_attention=self.flash_attention,
-            chunk_size=self.chunk_size,
-        )
-        output, scores = result if return_attention_scores else (result, None)
-        if gate is not None:
-            output = ops.multiply(output, gate)
-        output = zero_padded(self._output_dense(output), query_mask)
-        if return_attention_scores:
-            return output, scores
-        return output
+        _check_shapes(query_shape, value_shape, key_shape)
+        super().build(query_shape, value_shape, key_shape)
+        # The masks are applied in `call`; the projections hand them on
+        # without warning that they would drop them.
+        for name in ("_query_dense", "_key_dense", "_value_dense", "_gate_dense"):
+            if getattr(self, name, None) is not None:
+                getattr(self, name).supports_masking = True
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
-        if self._output_shape:
-            return tuple(query_shape[:-1]) + self._output_shape
-        return tuple(query_shape)
+        key_shape = value_shape if key_shape is None else key_shape
+        _check_shapes(query_shape, value_shape, key_shape)
+        return super().compute_output_shape(query_shape, value_shape, key_shape)
 
     def compute_output_spec(
         self,
@@ -406,41 +266,346 @@ class MultiHeadAttention(keras.layers.Layer):
         use_causal_mask=False,
     ):
         key = value if key is None else key
-        self._check_inputs(query, value, key)
         output = keras.KerasTensor(
             self.compute_output_shape(query.shape, value.shape, key.shape),
             dtype=self.compute_dtype,
         )
         if not return_attention_scores:
             return output
-        scores = keras.KerasTensor(
-            (query.shape[0], self.num_heads, query.shape[1], key.shape[1]),
-            dtype=self.compute_dtype,
+        axes = self._normalized_attention_axes(len(query.shape) + 1)
+        others = [a for a in range(1, len(query.shape) - 1) if a not in axes]
+        scores_shape = (
+            query.shape[0],
+            *(query.shape[a] for a in others),
+            self._num_heads,
+            *(query.shape[a] for a in axes),
+            *(key.shape[a] for a in axes),
         )
+        return output, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
+
+    def _normalized_attention_axes(self, rank: int) -> tuple[int, ...]:
+        """Attention axes of projected tensors of `rank` (B, *dims, N, H)."""
+        if self._attention_axes is None:
+            return tuple(range(1, rank - 2))
+        return tuple(a if a >= 0 else rank - 1 + a for a in self._attention_axes)
+
+    # ------------------------------------------------------------- calling
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+    ):
+        key = value if key is None else key
+        if return_attention_scores and self._flash_attention:
+            raise ValueError(
+                "Returning attention scores is not supported when flash "
+                "attention is enabled. Please disable flash attention to access"
+                " attention scores. Received: "
+                f"flash_attention={self._flash_attention}"
+            )
+        for name, mask, tensor in (
+            ("query_mask", query_mask, query),
+            ("value_mask", value_mask, value),
+            ("key_mask", key_mask, key),
+        ):
+            if mask is not None:
+                check_keras_mask(name, mask, tensor)
+        padding = _combined(value_mask, key_mask)
+        if attention_mask is not None:
+            attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
+        own_hook = (
+            type(self)._compute_attention is MultiHeadAttention._compute_attention
+        )
+        extra = {}
+        if own_hook:
+            # Padding travels as a key mask; causal and the window as flags:
+            # the kernel builds no (q_len, k_len) mask from them.
+            extra["key_padding_mask"] = padding
+            if use_causal_mask:
+                extra["use_causal_mask"] = True
+        else:
+            # Keras's hook contract: one merged boolean mask (a subclass's
+            # `_compute_attention` may not know the flags).
+            attention_mask = self._compute_attention_mask(
+                query,
+                value,
+                value_mask=padding,
+                attention_mask=attention_mask,
+                use_causal_mask=use_causal_mask,
+            )
+
+        gate = self._gate_dense(query) if self._use_gate else None
+        attention_output, scores = self._compute_attention(
+            self._query_dense(query),
+            self._key_dense(key),
+            self._value_dense(value),
+            attention_mask,
+            training,
+            return_attention_scores,
+            **extra,
+        )
+        if gate is not None:
+            attention_output = ops.multiply(attention_output, gate)
+        output = zero_padded(self._output_dense(attention_output), query_mask)
+        if return_attention_scores:
+            if len(query.shape) == 3:
+                scores = zero_padded_scores(scores, query_mask)
+            return output, scores
+        return output
+
+    def _compute_attention(
+        self,
+        query,
+        key,
+        value,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+        use_causal_mask=False,
+        key_padding_mask=None,
+    ):
+        """Attention of projected `(batch, *dims, heads, dim)` tensors.
+
+        Keras's override point, with Keras's signature and meaning (plus
+        `key_padding_mask`, the `(batch, *key_dims)` padding mask that `call`
+        passes to this class's own hook). Returns `(output, scores)`, the
+        scores `None` unless `return_attention_scores`.
+        """
+        if self._flash_attention and return_attention_scores:
+            raise ValueError(
+                "Returning attention scores is not supported when flash "
+                "attention is enabled. Please disable flash attention to access"
+                " attention scores."
+            )
+        rank = len(query.shape)
+        axes = self._normalized_attention_axes(rank)
+        flat = _Flattening(rank, axes)
+        q, k, v = (flat.to_sequences(t) for t in (query, key, value))
+        mask = None
+        if attention_mask is not None:
+            mask = flat.mask_to_sequences(
+                ops.cast(attention_mask, "bool"), query, key, self._num_heads
+            )
+        if key_padding_mask is not None:
+            key_padding_mask = flat.padding_to_sequences(key_padding_mask)
+        seed = self._dropout_layer.seed_generator if self._dropout > 0 else None
+        result = scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            mask,
+            key_mask=key_padding_mask,
+            scale=self._inverse_sqrt_key_dim,
+            causal=bool(use_causal_mask),
+            sliding_window=self._sliding_window,
+            dropout=self._dropout,
+            training=bool(training),
+            seed=seed,
+            return_scores=return_attention_scores,
+            flash_attention=self._flash_attention,
+            chunk_size=self._chunk_size,
+        )
+        output, scores = result if return_attention_scores else (result, None)
+        output = flat.from_sequences(output, query)
+        if scores is not None:
+            scores = flat.scores_from_sequences(scores, query, key)
         return output, scores
+
+    def _masked_softmax(self, attention_scores, attention_mask=None):
+        """Keras's hook: the kernel's float32 softmax over the key axes."""
+        key_axes = len(self._normalized_attention_axes(len(attention_scores.shape)))
+        rank = len(attention_scores.shape)
+        if attention_mask is not None:
+            expand_at = -key_axes * 2 - 1
+            for _ in range(rank - len(attention_mask.shape)):
+                attention_mask = ops.expand_dims(attention_mask, expand_at)
+        return masked_softmax(
+            attention_scores, attention_mask, axis=tuple(range(rank - key_axes, rank))
+        )
+
+    def _projections(self) -> list[keras.layers.Layer]:
+        names = ("_query_dense", "_key_dense", "_gate_dense", "_value_dense")
+        names += ("_output_dense",)
+        return [getattr(self, n) for n in names if getattr(self, n, None)]
 
     def get_config(self):
         base_config = super().get_config()
         config = {
-            "num_heads": self.num_heads,
-            "key_dim": self.key_dim,
-            "value_dim": self.value_dim,
-            "dropout": self.dropout,
-            "use_bias": self.use_bias,
-            "output_shape": self._output_shape,
-            "attention_axes": self.attention_axes,
-            "sliding_window": self.sliding_window,
-            "flash_attention": self.flash_attention,
-            "kernel_initializer": initializers.serialize(self.kernel_initializer),
-            "bias_initializer": initializers.serialize(self.bias_initializer),
-            "kernel_regularizer": regularizers.serialize(self.kernel_regularizer),
-            "bias_regularizer": regularizers.serialize(self.bias_regularizer),
-            "activity_regularizer": regularizers.serialize(self.activity_regularizer),
-            "kernel_constraint": constraints.serialize(self.kernel_constraint),
-            "bias_constraint": constraints.serialize(self.bias_constraint),
-            "use_gate": self.use_gate,
-            "seed": self.seed,
-            "scale": self.scale,
-            "chunk_size": self.chunk_size,
+            "flash_attention": self._flash_attention,
+            "scale": self._scale,
+            "chunk_size": self._chunk_size,
         }
+        # After `quantize(...)` the projections have quantized policies that
+        # Keras's config does not record (its own layer then fails to load).
+        # A DTypePolicyMap keyed by their paths rebuilds them quantized.
+        quantized = [d for d in self._projections() if d.dtype_policy.quantization_mode]
+        if quantized:
+            policies = self.dtype_policy
+            if isinstance(policies, keras.dtype_policies.DTypePolicyMap):
+                policies = policies.from_config(policies.get_config())
+            else:
+                policies = keras.dtype_policies.DTypePolicyMap(policies)
+            for dense in quantized:
+                policies[dense.path] = dense.dtype_policy
+            config["dtype"] = keras.dtype_policies.serialize(policies)
         return {**base_config, **config}
+
+
+class _Flattening:
+    """Moves attention axes into one sequence axis and back.
+
+    Projected tensors are `(batch, *dims, heads, size)`. The axes that
+    attention runs over are flattened, in order, into one sequence; the
+    other `dims` join the batch. The default of 3-D inputs (one axis, no
+    other) is a no-op.
+    """
+
+    def __init__(self, rank: int, axes: tuple[int, ...]):
+        self.rank = rank
+        self.axes = axes
+        self.others = tuple(a for a in range(1, rank - 2) if a not in axes)
+        self.perm = (0, *self.others, *axes, rank - 2, rank - 1)
+        self.identity = rank == 4 and axes == (1,)
+
+    def _shape(self, x, axes):
+        return tuple(ops.shape(x)[a] for a in axes)
+
+    def to_sequences(self, x):
+        if self.identity:
+            return x
+        if self.perm != tuple(range(self.rank)):
+            x = ops.transpose(x, self.perm)
+        length = math.prod(
+            x.shape[a] for a in range(1 + len(self.others), self.rank - 2)
+        )
+        return ops.reshape(x, (-1, length, *x.shape[-2:]))
+
+    def padding_to_sequences(self, mask):
+        """A `(batch, *key_dims)` padding mask -> `(batch', k_len)`."""
+        if self.identity:
+            return mask
+        return self.to_sequences(mask[..., None, None])[..., 0, 0]
+
+    def from_sequences(self, out, like):
+        """`(batch', seq, heads, size)` back to `like`'s layout."""
+        if self.identity:
+            return out
+        lead = self._shape(like, (0, *self.others, *self.axes))
+        out = ops.reshape(out, (*lead, *out.shape[-2:]))
+        if self.perm != tuple(range(self.rank)):
+            inverse = tuple(self.perm.index(i) for i in range(self.rank))
+            out = ops.transpose(out, inverse)
+        return out
+
+    def scores_from_sequences(self, scores, query, key):
+        """`(batch', heads, q_len, k_len)` -> Keras's score layout."""
+        if self.identity:
+            return scores
+        lead = self._shape(query, (0, *self.others))
+        q_dims = self._shape(query, self.axes)
+        k_dims = self._shape(key, self.axes)
+        return ops.reshape(scores, (*lead, scores.shape[1], *q_dims, *k_dims))
+
+    def mask_to_sequences(self, mask, query, key, heads):
+        """An attention mask in Keras's layout (scores without the heads
+        axis, leading axes optional) -> the kernel's (batch', 1, Tq, Tk)."""
+        if self.identity:
+            return mask
+        n = len(self.axes)
+        scores_rank = 2 + len(self.others) + 2 * n  # with the heads axis
+        while len(mask.shape) < scores_rank - 1:
+            mask = ops.expand_dims(mask, -2 * n - 1)
+        mask = ops.expand_dims(mask, -2 * n - 1)  # the heads axis
+        full = (
+            *self._shape(query, (0, *self.others)),
+            1,
+            *self._shape(query, self.axes),
+            *self._shape(key, self.axes),
+        )
+        mask = ops.broadcast_to(mask, full)
+        q_len = math.prod(query.shape[a] for a in self.axes)
+        k_len = math.prod(key.shape[a] for a in self.axes)
+        return ops.reshape(mask, (-1, 1, q_len, k_len))
+
+
+def _combined(*masks):
+    """The logical and of the given (batch, ...) masks, or None."""
+    result = None
+    for mask in masks:
+        if mask is not None:
+            mask = ops.cast(mask, "bool")
+            result = mask if result is None else ops.logical_and(result, mask)
+    return result
+
+
+def _check_output_shape(output_shape) -> None:
+    shape = (output_shape,) if isinstance(output_shape, int) else output_shape
+    if shape is None:
+        return
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        dims = ()
+    if not dims or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims
+    ):
+        raise ValueError(
+            "Invalid `output_shape`: expected a positive int or a tuple of "
+            f"positive ints. Received: output_shape={output_shape!r}"
+        )
+
+
+def _check_attention_axes(attention_axes) -> None:
+    axes = (attention_axes,) if isinstance(attention_axes, int) else attention_axes
+    if axes is None:
+        return
+    if (
+        not isinstance(axes, (list, tuple))
+        or not axes
+        or not all(isinstance(a, int) and not isinstance(a, bool) for a in axes)
+        or len(set(axes)) != len(axes)
+    ):
+        raise invalid(
+            "attention_axes",
+            "an int or a non-empty tuple of distinct ints",
+            attention_axes,
+        )
+
+
+def _check_shapes(query_shape, value_shape, key_shape) -> None:
+    """Keras's rule first (its wording, which users match), then ranks."""
+    if tuple(value_shape[1:-1]) != tuple(key_shape[1:-1]):
+        raise ValueError(
+            "All dimensions of `value` and `key`, except the last one, "
+            f"must be equal. Received: value_shape={tuple(value_shape)} and "
+            f"key_shape={tuple(key_shape)}"
+        )
+    for name, shape in (("query", query_shape), ("value", value_shape)):
+        if len(shape) < 3:
+            raise invalid(
+                name,
+                "a tensor of rank 3 or more, (batch, *dims, features) "
+                "(a 3-D tensor (batch, seq, features), for example)",
+                f"<tensor of shape {tuple(shape)}>",
+            )
+    if len(query_shape) != len(value_shape):
+        raise invalid(
+            "value",
+            f"the rank of `query` ({len(query_shape)})",
+            f"<tensor of shape {tuple(value_shape)}>",
+        )
+    if query_shape[-1] is None or value_shape[-1] is None:
+        raise invalid(
+            "query",
+            "known last (features) dimensions of `query` and `value`",
+            f"<shapes {tuple(query_shape)} and {tuple(value_shape)}>",
+        )

@@ -14,7 +14,7 @@ from keras_selfattn._validation import (
     invalid,
 )
 from keras_selfattn.attention import scaled_dot_product_attention
-from keras_selfattn.layers._common import check_keras_mask, padding_mask
+from keras_selfattn.layers._common import check_keras_mask
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
@@ -131,7 +131,8 @@ class AttentionPooling(keras.layers.Layer):
         self.kernel_constraint = constraints.get(kernel_constraint)
         self.bias_constraint = constraints.get(bias_constraint)
         self.supports_masking = True
-        self.seed_generator = keras.random.SeedGenerator(seed)
+        # A seed generator only where there is dropout, as Keras's layers do.
+        self.seed_generator = keras.random.SeedGenerator(seed) if dropout else None
 
     def _head_key_dim(self, features: int) -> int:
         return self.key_dim or features // self.num_heads
@@ -195,7 +196,7 @@ class AttentionPooling(keras.layers.Layer):
             query,
             keys,
             values,
-            padding_mask(None, mask),
+            key_mask=mask,
             scale=self.scale,
             dropout=self.dropout,
             training=bool(training),

@@ -15,7 +15,11 @@ from keras_selfattn._validation import (
     invalid,
 )
 from keras_selfattn.attention import scaled_dot_product_attention
-from keras_selfattn.layers._common import check_keras_mask, padding_mask, zero_padded
+from keras_selfattn.layers._common import (
+    check_keras_mask,
+    zero_padded,
+    zero_padded_scores,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
@@ -163,7 +167,8 @@ class SelfAttention(keras.layers.Layer):
         self.kernel_constraint = constraints.get(kernel_constraint)
         self.bias_constraint = constraints.get(bias_constraint)
         self.supports_masking = True
-        self.seed_generator = keras.random.SeedGenerator(seed)
+        # A seed generator only where there is dropout, as Keras's layers do.
+        self.seed_generator = keras.random.SeedGenerator(seed) if dropout else None
 
     @property
     def head_dim(self) -> int:
@@ -233,7 +238,7 @@ class SelfAttention(keras.layers.Layer):
             query,
             key,
             value,
-            padding_mask(mask, mask),
+            key_mask=mask,
             scale=self.scale,
             causal=self.causal or use_causal_mask,
             sliding_window=self.sliding_window,
@@ -249,7 +254,7 @@ class SelfAttention(keras.layers.Layer):
             output = self._dense(output, self.output_kernel, self.output_bias)
         output = zero_padded(output, mask)
         if return_attention_scores:
-            return output, scores
+            return output, zero_padded_scores(scores, mask)
         return output
 
     def compute_mask(self, inputs, mask=None):

@@ -190,11 +190,125 @@ def test_scale_argument(rng):
     assert not np.allclose(to_numpy(other(q, q)), to_numpy(default(q, q)))
 
 
-@pytest.mark.backend_independent
-def test_attention_axes_other_than_sequence_not_implemented():
-    with pytest.raises(NotImplementedError, match="attention_axes"):
-        MultiHeadAttention(2, 4, attention_axes=(1, 2))
-    assert MultiHeadAttention(2, 4, attention_axes=1).attention_axes == (1,)
+# N-D inputs: (query shape, value shape, attention_axes).
+_HIGH_DIM = {
+    "image_default_axes": ((2, 3, 4, 8), (2, 3, 4, 8), None),
+    "image_rows_only": ((2, 3, 4, 8), (2, 3, 5, 8), 2),
+    "image_negative_axis": ((2, 3, 4, 8), (2, 3, 5, 8), -2),
+    "5d_two_axes": ((2, 2, 3, 4, 8), (2, 2, 3, 2, 8), (2, 3)),
+    "5d_outer_and_inner_axes": ((2, 3, 2, 4, 8), (2, 2, 2, 4, 8), (1, 3)),
+}
+
+
+@pytest.mark.parametrize(
+    "query_shape, value_shape, axes", _HIGH_DIM.values(), ids=_HIGH_DIM.keys()
+)
+def test_high_dim_parity_with_keras(rng, query_shape, value_shape, axes):
+    q = rng.normal(size=query_shape).astype("float32")
+    v = rng.normal(size=value_shape).astype("float32")
+    theirs, ours = _pair(rng, q, v, num_heads=2, key_dim=4, attention_axes=axes)
+    a, a_scores = theirs(q, v, return_attention_scores=True)
+    b, b_scores = ours(q, v, return_attention_scores=True)
+    assert tuple(b_scores.shape) == tuple(a_scores.shape)
+    _assert_close(b, a)
+    _assert_close(b_scores, a_scores)
+    _assert_close(ours(q, v), a)  # the path without scores
+    # An attention mask in Keras's layout: the scores without the heads axis.
+    n = len(ours._normalized_attention_axes(len(query_shape) + 1))
+    heads_axis = len(a_scores.shape) - 2 * n - 1
+    mask = rng.random(np.delete(a_scores.shape, heads_axis)) > 0.3
+    mask[(..., *([0] * n))] = True  # every query keeps its first key
+    _assert_close(ours(q, v, attention_mask=mask), theirs(q, v, attention_mask=mask))
+
+
+def test_image_attention_takes_the_chunked_path(rng):
+    # (1, 8, 8) image positions: attention over all 64, in blocks of 16 keys.
+    x = rng.normal(size=(1, 8, 8, 6)).astype("float32")
+    plain = MultiHeadAttention(2, 4)
+    chunked = MultiHeadAttention(2, 4, chunk_size=16)
+    plain(x, x)
+    chunked(x, x)
+    chunked.set_weights(plain.get_weights())
+    want = to_numpy(plain(x, x, use_causal_mask=True))
+    got = to_numpy(chunked(x, x, use_causal_mask=True))
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+class _Cached:
+    """What keras-hub's CachedMultiHeadAttention adds to Keras's layer: a
+    key/value cache in `call`, attention through `_compute_attention`."""
+
+    def call(self, query, value, attention_mask=None, cache=None, index=None):
+        query = self._query_dense(query)
+        key, value = self._key_dense(value), self._value_dense(value)
+        if cache is not None:
+            start = [0, index, 0, 0]
+            key = keras.ops.slice_update(cache[:, 0], start, key)
+            value = keras.ops.slice_update(cache[:, 1], start, value)
+            cache = keras.ops.stack((key, value), axis=1)
+        output, _ = self._compute_attention(
+            query=query, key=key, value=value, attention_mask=attention_mask
+        )
+        return self._output_dense(output), cache
+
+    def _compute_attention(self, query, key, value, attention_mask=None, **kwargs):
+        self.hook_calls = getattr(self, "hook_calls", 0) + 1
+        return super()._compute_attention(query, key, value, attention_mask, **kwargs)
+
+
+def test_a_cached_decoding_subclass_gives_keras_results(rng):
+    classes = {
+        "theirs": type("Theirs", (_Cached, keras.layers.MultiHeadAttention), {}),
+        "ours": type("Ours", (_Cached, MultiHeadAttention), {}),
+    }
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    layers = {name: cls(num_heads=2, key_dim=4) for name, cls in classes.items()}
+    for layer in layers.values():
+        layer.build(x.shape, x.shape)
+    layers["ours"].set_weights(layers["theirs"].get_weights())
+    outputs = {}
+    for name, layer in layers.items():
+        cache = keras.ops.zeros((2, 2, 5, 2, 4))
+        steps = []
+        for i in range(5):  # one token at a time, each seeing keys 0..i
+            mask = (np.arange(5) <= i)[None, None, :].repeat(2, axis=0)
+            token = x[:, i : i + 1]
+            out, cache = layer(token, token, mask, cache=cache, index=i)
+            steps.append(to_numpy(out))
+        outputs[name] = np.concatenate(steps, axis=1)
+        assert layer.hook_calls == 5
+    np.testing.assert_allclose(outputs["ours"], outputs["theirs"], atol=1e-5)
+    # Decoding step by step equals causal attention over the whole sequence.
+    whole = layers["ours"](x, x, np.tril(np.ones((5, 5), bool))[None])
+    np.testing.assert_allclose(outputs["ours"], to_numpy(whole[0]), atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["int8", "float8"])
+def test_quantized_model_saves_and_loads(rng, tmp_path, mode):
+    # Keras 3.15's own layer cannot do this: its config forgets that the
+    # projections were quantized, and loading fails.
+    inputs = keras.Input((5, 8))
+    model = keras.Model(inputs, MultiHeadAttention(2, 4)(inputs, inputs))
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    before = model.predict(x, verbose=0)
+    model.quantize(mode)
+    quantized = model.predict(x, verbose=0)
+    assert 0 < np.abs(quantized - before).max() < 0.2
+    model.save(tmp_path / "quantized.keras")
+    loaded = keras.models.load_model(tmp_path / "quantized.keras")
+    # The quantized numbers come back, not the float ones.
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), quantized)
+
+
+def test_seed_generator_only_with_dropout():
+    q = np.zeros((1, 3, 8), "float32")
+    for dropout, expected in ((0.0, 0), (0.2, 1)):
+        layer = MultiHeadAttention(2, 4, dropout=dropout)
+        layer(q, q)
+        generators = [
+            v for v in layer.non_trainable_variables if "seed_generator" in v.path
+        ]
+        assert len(generators) == expected, dropout
 
 
 def test_flash_attention_forbids_dropout_and_scores(rng):

@@ -111,7 +111,22 @@ def test_regularizers_add_losses(rng):
     assert len(layer.losses) == 5
 
 
+_BAD = {
+    "units_zero": ({"units": 0}, "`units`"),
+    "units_float": ({"units": 4.0}, "`units`"),
+    "heads_zero": ({"units": 4, "num_heads": 0}, "`num_heads`"),
+    "heads_str": ({"units": 4, "num_heads": "2"}, "`num_heads`"),
+    "units_not_divisible": ({"units": 10, "num_heads": 4}, "`units`"),
+    "dropout_one": ({"units": 4, "dropout": 1.0}, "`dropout`"),
+    "window_zero": ({"units": 4, "sliding_window": 0}, "`sliding_window`"),
+    "window_bool": ({"units": 4, "sliding_window": True}, "`sliding_window`"),
+    "scale_negative": ({"units": 4, "scale": -0.5}, "`scale`"),
+    "chunk_with_dropout": ({"units": 4, "dropout": 0.1, "chunk_size": 4}, "chunk"),
+}
+
+
 @pytest.mark.backend_independent
+@pytest.mark.parametrize("kwargs, name", _BAD.values(), ids=_BAD.keys())
 def test_bad_arguments_raise_value_error(kwargs, name):
     with pytest.raises(ValueError, match=name) as info:
         SelfAttention(**kwargs)
