@@ -43,10 +43,9 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def run_one(name, encoder_class, dataset, args) -> dict:
+def run_one(name, attention, dataset, args) -> dict:
     import keras
 
-    from keras_selfattn.imdb import cli
     from keras_selfattn.imdb import model as imdb_model
 
     keras.backend.clear_session()
@@ -58,7 +57,7 @@ def run_one(name, encoder_class, dataset, args) -> dict:
     model = imdb_model.build_model(
         texts[:n_train],
         seed=args.seed,
-        encoder_class=encoder_class,
+        attention=attention,
         **{
             k: defaults[k]
             for k in (
@@ -89,7 +88,7 @@ def run_one(name, encoder_class, dataset, args) -> dict:
         verbose=2,
     )
     seconds = time.perf_counter() - start
-    accuracy = cli.accuracy_on(model, dataset.test_texts, dataset.test_labels)
+    accuracy = imdb_model.evaluate(model, dataset.test_texts, dataset.test_labels)
     val = history.history.get("val_accuracy", [float("nan")])[-1]
     print(
         f"[{name}] test accuracy {accuracy:.4f}, val accuracy {val:.4f}, "
@@ -114,25 +113,19 @@ def main(argv=None) -> int:
     from keras_selfattn import __version__
     from keras_selfattn.imdb import data
     from keras_selfattn.imdb.model import DEFAULTS
-    from keras_selfattn.layers.encoder import TransformerEncoder
-
-    class KerasMHAEncoder(TransformerEncoder):
-        """The same block on keras.layers.MultiHeadAttention."""
-
-        _attention_class = keras.layers.MultiHeadAttention
 
     if args.seed is None:
         args.seed = DEFAULTS["seed"]
     dataset = data.load_bundled().limit(args.limit)
-    sides = [("keras_selfattn", TransformerEncoder), ("keras MHA", KerasMHAEncoder)]
+    sides = [("keras_selfattn", "keras_selfattn"), ("keras MHA", "keras")]
     if args.only == "ours":
         sides = sides[:1]
     elif args.only == "keras":
         sides = sides[1:]
     runs = [
-        run_one(name, cls, dataset, args)
+        run_one(name, attention, dataset, args)
         for _ in range(max(1, args.repeats))
-        for name, cls in sides
+        for name, attention in sides
     ]
     results = []
     for name, _ in sides:

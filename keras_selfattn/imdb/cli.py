@@ -297,22 +297,6 @@ def _read_texts(texts: Sequence[str]) -> list[str]:
     return texts
 
 
-def accuracy_on(model, texts, labels, batch_size: int = 128) -> float:
-    """Accuracy of `model` on the given reviews (batched by length)."""
-    import numpy as np
-
-    from keras_selfattn.imdb.model import ReviewBatches
-
-    batches = ReviewBatches(texts, labels, batch_size, shuffle=False)
-    probabilities = model.predict(batches, verbose=0)[:, 0]
-    labels = np.asarray(labels)[np.concatenate(batches.batch_indices())]
-    return float(np.mean((probabilities > 0.5).astype("int32") == labels))
-
-
-# The earlier name, used by notebooks/03_imdb_sentiment.ipynb.
-test_accuracy = accuracy_on
-
-
 # ----------------------------------------------------------------------------
 # Commands
 
@@ -406,7 +390,7 @@ def train(args: argparse.Namespace, callbacks: Sequence | None = None) -> float:
         shutil.rmtree(backup, ignore_errors=True)
         print(f"saved {out}; trained in {seconds:.0f} s", flush=True)
     if strategy is None:
-        accuracy = accuracy_on(model, dataset.test_texts, dataset.test_labels)
+        accuracy = imdb_model.evaluate(model, dataset.test_texts, dataset.test_labels)
     else:
         print(f"weights fingerprint: {distribute.fingerprint(model):.6f}", flush=True)
         test_batches = imdb_model.ReviewBatches(
@@ -442,6 +426,8 @@ def _build_and_compile(args, train_texts, n_train: int, global_batch: int):
 
 
 def evaluate(args: argparse.Namespace) -> float:
+    from keras_selfattn.imdb.model import evaluate as accuracy_on
+
     model = load_model(args.model)
     dataset = _load_data(args.data)
     accuracy = accuracy_on(
