@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 
 from keras_selfattn.imdb import cli
-from tests.helpers import write_acl
+from tests.helpers import png_size, write_acl
 
 pytestmark = pytest.mark.tensorflow_only
 
@@ -33,12 +32,6 @@ REVIEWS = [
 LONG_REVIEW = " ".join(
     ["This film was not what I expected, and the second half is brilliant."] * 15
 )  # about 200 words
-
-
-def _png_size(path: Path) -> tuple[int, int]:
-    header = path.read_bytes()[:24]
-    assert header[:8] == b"\x89PNG\r\n\x1a\n"
-    return struct.unpack(">II", header[16:24])
 
 
 @pytest.fixture(scope="module")
@@ -77,13 +70,13 @@ def test_smoke_train_save_predict_explain(trained, tmp_path, capsys):
     assert cli.main(["explain", str(trained), LONG_REVIEW, "--out", str(png)]) == 0
     out = capsys.readouterr().out
     assert "most-attended tokens" in out and "pushing towards negative" in out
-    width, height = _png_size(png)
+    width, height = png_size(png)
     assert 600 <= width <= 2500 and 300 <= height <= 2500, (width, height)
 
     png_heads = tmp_path / "heads.png"
     args = ["explain", str(trained), REVIEWS[0], "--out", str(png_heads), "--heads"]
     assert cli.main(args) == 0
-    assert _png_size(png_heads)[1] > 300
+    assert png_size(png_heads)[1] > 300
 
 
 def test_train_prints_device_progress_and_test_accuracy_last(smoke):
@@ -110,21 +103,6 @@ def test_explain_weights_match_the_model(trained):
     bias = float(keras.ops.convert_to_numpy(model.get_layer("classifier").bias)[0])
     logit = np.log(expected / (1 - expected))
     np.testing.assert_allclose(result.contributions.sum() + bias, logit, atol=1e-4)
-
-
-def test_explain_long_review_shows_head_and_tail(tmp_path):
-    from keras_selfattn.imdb import explain
-    from keras_selfattn.imdb.model import build_model
-
-    model = build_model(
-        ["a b c"], vocab_size=10, max_len=6, head_len=2, embed_dim=4, num_heads=1
-    )
-    text = " ".join(f"w{i}" for i in range(20))
-    result = explain.explain(model, text)
-    assert result.tokens == ["w0", "w1", "w16", "w17", "w18", "w19"]
-    assert result.gap_after == 1
-    png = explain.plot(result, tmp_path / "long.png", heads=True)
-    assert _png_size(png)[0] > 300
 
 
 def test_reload_in_fresh_process_without_custom_objects(trained, subprocess_env):
