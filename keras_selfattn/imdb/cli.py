@@ -23,6 +23,12 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported lazily: Keras must not load before the setup
+    import keras
+
+    from keras_selfattn.imdb.train import TrainConfig
 
 PROG = "keras-selfattn"
 EXIT_USAGE = 2
@@ -71,7 +77,11 @@ def _checked(name: str, check: Callable, convert: Callable = int) -> Callable:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `keras-selfattn` parser; `train`'s defaults are `TrainConfig`'s."""
+    """The `keras-selfattn` parser; `train`'s defaults are `TrainConfig`'s.
+
+    Returns:
+        An `argparse.ArgumentParser` whose errors raise `CliError`.
+    """
     from keras_selfattn import _validation as v
     from keras_selfattn.imdb import distribute
     from keras_selfattn.imdb.model import ATTENTIONS
@@ -167,8 +177,19 @@ def _device_list(text: str) -> list[str]:
     return [device for device in text.split(",") if device]
 
 
-def config_from_args(args: argparse.Namespace):
-    """The `TrainConfig` of a parsed `train` command line."""
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The `TrainConfig` of a parsed `train` command line.
+
+    Args:
+        args: From `build_parser().parse_args(["train", ...])`.
+
+    Returns:
+        A `TrainConfig`; `--head-len -1` becomes `head_len=None`, and without
+        `--head-len` the default is clipped to `--max-len`.
+
+    Raises:
+        CliError: An option out of its range.
+    """
     from keras_selfattn._validation import check_int_in_range
     from keras_selfattn.imdb.train import TrainConfig
 
@@ -189,8 +210,18 @@ def _first_line(error: Exception) -> str:
     return lines[0] if lines else type(error).__name__
 
 
-def load_model(path: str):
-    """Loads a saved model, or raises `CliError` with one line."""
+def load_model(path: str) -> keras.Model:
+    """Loads a saved model of the demo.
+
+    Args:
+        path: The `.keras` file.
+
+    Returns:
+        The model, which reads raw strings.
+
+    Raises:
+        CliError: The file is missing or not a model (one line).
+    """
     import keras
 
     import keras_selfattn  # noqa: F401  (registers the layers)

@@ -185,7 +185,11 @@ class TrainResult:
 
 
 def cpu_name() -> str:
-    """The CPU's model name (from /proc/cpuinfo where there is one)."""
+    """The CPU's model name, from /proc/cpuinfo where there is one.
+
+    Returns:
+        A string such as `"AMD EPYC"`.
+    """
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -194,7 +198,12 @@ def cpu_name() -> str:
 
 
 def describe_device() -> tuple[str, bool]:
-    """One line describing where TensorFlow computes, and whether it is a GPU."""
+    """Where TensorFlow computes.
+
+    Returns:
+        A tuple `(description, on_gpu)`: one line naming the GPU (or the CPU
+        and its cores) and TensorFlow's version, and whether it is a GPU.
+    """
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
