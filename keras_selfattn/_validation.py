@@ -100,3 +100,23 @@ def check_paths(
             "`dropout=0.0` or `flash_attention=None`. Received: "
             f"dropout={dropout}, flash_attention={flash_attention}"
         )
+
+
+def check_int_in_range(
+    argument: str, value: Any, low: int, high: int | None = None, allow_none=False
+) -> None:
+    """An integer in `[low, high]`; `high=None` sets no upper bound."""
+    if allow_none and value is None:
+        return
+    if not _is_int(value) or value < low or (high is not None and value > high):
+        if high is None:
+            expected = f"an integer >= {low}"
+        else:
+            expected = f"an integer in the range [{low}, {high}]"
+        raise invalid(argument, expected + (" or `None`" if allow_none else ""), value)
+
+
+def check_one_of(argument: str, value: Any, choices: tuple) -> None:
+    """One of `choices`, of the same type (so `True` is not `1`)."""
+    if not any(type(value) is type(c) and value == c for c in choices):
+        raise invalid(argument, f"one of {', '.join(map(repr, choices))}", value)

@@ -1,7 +1,8 @@
-"""Helpers shared by the test modules: arrays, gradients, tiny data sets."""
+"""Helpers shared by the test modules: arrays, gradients, tiny data sets, PNGs."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -84,3 +85,10 @@ def write_acl(root: Path, n_train: int, n_test: int) -> Path:
             },
         )
     return root
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """The (width, height) of a PNG file; fails if it is not one."""
+    header = Path(path).read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", header[16:24])

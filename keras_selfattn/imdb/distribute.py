@@ -31,6 +31,8 @@ from typing import NamedTuple
 import keras
 import numpy as np
 
+from keras_selfattn.imdb import model as imdb_model
+
 KINDS = ("none", "mirrored", "multiworker")
 
 
@@ -199,7 +201,7 @@ class ChiefBackupAndRestore(keras.callbacks.BackupAndRestore):
 
 # The layers of the IMDB model (`keras_selfattn.imdb.model.build_model`) whose
 # outputs are the token ids: everything before them is string preprocessing.
-_ID_LAYERS = ("clip", "bigram_clip")
+_ID_LAYERS = (imdb_model.CLIP, imdb_model.BIGRAM_CLIP)
 
 
 class Split(NamedTuple):
@@ -283,9 +285,11 @@ def _id_dataset(split: Split, batches, full_batches_only: bool = False):
     return dataset.with_options(options)
 
 
-def fit(split: Split, train_batches, val_batches, epochs, callbacks, verbose):
+def fit(
+    split: Split, train_batches, val_batches, epochs, callbacks, verbose
+) -> keras.callbacks.History:
     """`fit` of the trainable half on token ids (see `split_preprocessing`)."""
-    split.trainable.fit(
+    return split.trainable.fit(
         _id_dataset(split, train_batches, full_batches_only=True),
         validation_data=None
         if val_batches is None

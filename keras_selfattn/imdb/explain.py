@@ -5,7 +5,9 @@ and returns the `AttentionPooling` weight of every token (the weight each
 token's vector gets in the average that the classifier reads), each token's
 share of the classifier's logit, and the encoder's per-head self-attention
 maps. `plot` draws the review as text with each token shaded by its weight,
-the shares as bars below it and, on request, the per-head maps.
+the shares as bars below it and, on request, the per-head maps, on a
+`matplotlib.figure.Figure` of its own: it leaves pyplot and matplotlib's
+backend alone. The model's layers are found by their names (`model.py`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from keras_selfattn.imdb import model as imdb_model
 
 __all__ = ["Explanation", "explain", "plot"]
 
@@ -62,9 +66,24 @@ class Explanation:
             if (self.contributions[i] > 0) == positive
         ]
 
+    def summary(self, top: int = 10) -> str:
+        """The most-attended tokens and the tokens pushing most each way.
 
-def _find(model, layer_type):
-    return [layer for layer in model.layers if isinstance(layer, layer_type)]
+        Args:
+            top: How many most-attended tokens to list. Defaults to `10`.
+
+        Returns:
+            Lines of text, for printing.
+        """
+        lines = [f"most-attended tokens (of {len(self.tokens)}):"]
+        for position, token, weight in self.top(top):
+            lines.append(f"  {weight:.4f}  {token}  (token {position})")
+        for positive in (True, False):
+            shares = self.top_contributions(5, positive=positive)
+            listed = ", ".join(f"{token} ({share:+.3f})" for _, token, share in shares)
+            side = "positive" if positive else "negative"
+            lines.append(f"pushing towards {side}: {listed or '-'}")
+        return "\n".join(lines)
 
 
 def explain(model, text: str) -> Explanation:
@@ -80,28 +99,25 @@ def explain(model, text: str) -> Explanation:
     """
     import tensorflow as tf
 
-    from keras_selfattn.layers.encoder import TransformerEncoder
-    from keras_selfattn.layers.pooling import AttentionPooling
-    from keras_selfattn.layers.position import TokenAndPositionEmbedding
-    from keras_selfattn.text import BigramEmbedding, standardize
+    from keras_selfattn.text import standardize
 
-    vectorizer = model.get_layer("text_vectorization")
-    clip = model.get_layer("clip")
-    bigram_layers = _find(model, BigramEmbedding)
-    (embedding,) = _find(model, TokenAndPositionEmbedding)
-    encoders = _find(model, TransformerEncoder)
-    (pooling,) = _find(model, AttentionPooling)
-    classifier = model.layers[-1]
+    get = model.get_layer
+    names = [each.name for each in model.layers]
+    vectorizer = get(imdb_model.TEXT_VECTORIZATION)
+    clip = get(imdb_model.CLIP)
+    embedding = get(imdb_model.EMBEDDING)
+    encoders = [get(n) for n in names if n.startswith(f"{imdb_model.ENCODER}_")]
+    pooling = get(imdb_model.POOLING)
+    classifier = get(imdb_model.CLASSIFIER)
 
     texts = tf.constant([text])
     ids = clip(vectorizer(texts))
     x = embedding(ids)
     mask = embedding.compute_mask(ids)
-    if bigram_layers:
-        bigram_ids = model.get_layer("bigram_clip")(
-            model.get_layer("bigram_vectorization")(texts)
-        )
-        x = bigram_layers[0](x, bigram_ids, mask=mask)
+    if imdb_model.BIGRAM_EMBEDDING in names:
+        bigram_clip = get(imdb_model.BIGRAM_CLIP)
+        bigram_ids = bigram_clip(get(imdb_model.BIGRAM_VECTORIZATION)(texts))
+        x = get(imdb_model.BIGRAM_EMBEDDING)(x, bigram_ids, mask=mask)
     maps = None
     for encoder in encoders:
         x, maps = encoder(x, mask=mask, return_attention_scores=True)
@@ -202,9 +218,7 @@ def plot(
         The path written.
     """
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     tokens, weights = explanation.tokens, explanation.weights
     lines = _wrap(tokens, chars_per_line, explanation.gap_after)
@@ -214,7 +228,7 @@ def plot(
     else:
         low = high = 0.0
         shade = weights
-    cmap = plt.get_cmap("Reds")
+    cmap = matplotlib.colormaps["Reds"]
 
     left, right = 0.07, 0.98
     # DejaVu Sans Mono advances 0.6 em per character.
@@ -228,7 +242,7 @@ def plot(
         n_heads = len(explanation.head_maps)
     head_h = min(3.6, width / max(n_heads, 1)) if n_heads else 0.0
     heights = [text_h, bar_h] + ([head_h] if n_heads else [])
-    fig = plt.figure(figsize=(width, sum(heights) + 0.8), dpi=dpi)
+    fig = Figure(figsize=(width, sum(heights) + 0.8), dpi=dpi)
     grid = fig.add_gridspec(
         len(heights),
         1,
@@ -317,7 +331,11 @@ def plot(
         sub = grid[2].subgridspec(1, n_heads, wspace=0.25)
         for h in range(n_heads):
             axh = fig.add_subplot(sub[0, h])
-            axh.imshow(explanation.head_maps[h], cmap="viridis", aspect="auto")
+            axh.imshow(
+                explanation.head_maps[h],
+                cmap=matplotlib.colormaps["viridis"],
+                aspect="auto",
+            )
             axh.set_title(f"encoder head {h + 1}", fontsize=9)
             axh.set_xlabel("key token", fontsize=8)
             if h == 0:
@@ -325,5 +343,4 @@ def plot(
             axh.tick_params(labelsize=7)
     path = Path(path)
     fig.savefig(path, dpi=dpi, bbox_inches="tight", pad_inches=0.15)
-    plt.close(fig)
     return path

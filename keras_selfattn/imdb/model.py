@@ -6,11 +6,17 @@
       -> TextVectorization (adapted on the training texts only)
       -> ClipSequence (at most `max_len` tokens)
       -> TokenAndPositionEmbedding (padding id 0 gives the Keras mask)
-      -> TransformerEncoder x num_layers (attention: this package's kernel)
+      -> TransformerEncoder x num_layers (attention: this package's kernel, or
+         keras.layers.MultiHeadAttention with `attention="keras"`)
       -> AttentionPooling
       -> Dense(1, sigmoid)
 
-`ReviewBatches` feeds training with batches of reviews of similar length, so a
+Every layer has a fixed name, one of the constants below (`CLIP`,
+`CLASSIFIER`, ...): `explain` and `distribute` find the layers by these names,
+in models built today and in models loaded from older files.
+
+`compile_model` sets up the optimizer and `evaluate` measures accuracy.
+`ReviewBatches` feeds both with batches of reviews of similar length, so a
 batch is padded to its own longest review rather than to `max_len`.
 """
 
@@ -27,7 +33,32 @@ from keras_selfattn.layers.pooling import AttentionPooling
 from keras_selfattn.layers.position import TokenAndPositionEmbedding
 from keras_selfattn.text import BigramEmbedding, ClipSequence, standardize
 
-__all__ = ["DEFAULTS", "ReviewBatches", "build_model", "compile_model"]
+__all__ = [
+    "ATTENTIONS",
+    "DEFAULTS",
+    "ReviewBatches",
+    "build_model",
+    "compile_model",
+    "evaluate",
+]
+
+# The names of the model's layers, in the order data flows through them.
+TEXT = "text"  # the input
+TEXT_VECTORIZATION = "text_vectorization"
+CLIP = "clip"
+EMBEDDING = "embedding"
+BIGRAM_VECTORIZATION = "bigram_vectorization"
+BIGRAM_CLIP = "bigram_clip"
+BIGRAM_EMBEDDING = "bigram_embedding"
+EMBEDDING_DROPOUT = "embedding_dropout"
+ENCODER = "encoder"  # encoder block i is named f"{ENCODER}_{i}"
+POOLING = "pooling"
+POOLING_DROPOUT = "pooling_dropout"
+CLASSIFIER = "classifier"
+MODEL = "imdb_sentiment"
+
+# The values of `TransformerEncoder(attention=...)`.
+ATTENTIONS = ("keras_selfattn", "keras")
 
 # The defaults of `build_model` and of `keras-selfattn train`.
 DEFAULTS = {
@@ -45,6 +76,7 @@ DEFAULTS = {
     "learning_rate": 1e-3,
     "weight_decay": 0.01,
     "seed": 1337,
+    "attention": "keras_selfattn",
 }
 
 
@@ -61,7 +93,7 @@ def build_model(
     num_layers: int = DEFAULTS["num_layers"],
     dropout: float = DEFAULTS["dropout"],
     seed: int = DEFAULTS["seed"],
-    encoder_class: type[keras.layers.Layer] = TransformerEncoder,
+    attention: str = DEFAULTS["attention"],
 ) -> keras.Model:
     """Builds the sentiment model; its vocabulary comes from `train_texts`.
 
@@ -69,21 +101,27 @@ def build_model(
         train_texts: The training reviews (raw strings). Only these are used
             to build the vocabulary.
         vocab_size: Vocabulary size, padding and out-of-vocabulary included.
+            Defaults to `20000`.
         bigram_vocab_size: Size of a second vocabulary, of word pairs; their
             vectors are added to the token vectors (see `BigramEmbedding`).
-            0 leaves bigrams out.
-        max_len: The most tokens read per review.
+            0 leaves bigrams out. Defaults to `80000`.
+        max_len: The most tokens read per review. Defaults to `400`.
         head_len: A longer review keeps its first `head_len` tokens and its
             last `max_len - head_len` ones (its verdict); `None` keeps the
-            first `max_len`.
-        embed_dim: Size of the token vectors.
-        num_heads: Attention heads of each encoder block.
+            first `max_len`. Defaults to `100`.
+        embed_dim: Size of the token vectors. Defaults to `64`.
+        num_heads: Attention heads of each encoder block. Defaults to `2`.
         intermediate_dim: Hidden size of the encoder's feed-forward part.
-        num_layers: Number of encoder blocks.
+            Defaults to `128`.
+        num_layers: Number of encoder blocks. Defaults to `1`.
         dropout: Dropout rate in the encoder and before the classifier.
+            Defaults to `0.3`.
         seed: Seed of the weight initialisation and the dropouts.
-        encoder_class: The encoder block class (the benchmark swaps in one
-            built on `keras.layers.MultiHeadAttention`).
+            Defaults to `1337`.
+        attention: The attention layer of the encoder blocks:
+            `"keras_selfattn"` (this package's `MultiHeadAttention` and
+            kernel) or `"keras"` (`keras.layers.MultiHeadAttention`: the
+            same model, for comparison). Defaults to `"keras_selfattn"`.
 
     Returns:
         An uncompiled `keras.Model` from raw strings `(batch,)` to
@@ -94,18 +132,18 @@ def build_model(
         max_tokens=vocab_size,
         standardize=standardize,
         output_mode="int",
-        name="text_vectorization",
+        name=TEXT_VECTORIZATION,
     )
     train_texts = np.asarray(list(train_texts), dtype=object)
     vectorizer.adapt(train_texts, batch_size=256)
 
     if head_len is not None:
         head_len = min(head_len, max_len)
-    texts = keras.Input(shape=(), dtype="string", name="text")
+    texts = keras.Input(shape=(), dtype="string", name=TEXT)
     ids = vectorizer(texts)
-    ids = ClipSequence(max_len, head=head_len, name="clip")(ids)
+    ids = ClipSequence(max_len, head=head_len, name=CLIP)(ids)
     x = TokenAndPositionEmbedding(
-        vectorizer.vocabulary_size(), max_len, embed_dim, name="embedding"
+        vectorizer.vocabulary_size(), max_len, embed_dim, name=EMBEDDING
     )(ids)
     if bigram_vocab_size:
         bigrams = keras.layers.TextVectorization(
@@ -113,35 +151,36 @@ def build_model(
             standardize=standardize,
             ngrams=(2,),
             output_mode="int",
-            name="bigram_vectorization",
+            name=BIGRAM_VECTORIZATION,
         )
         bigrams.adapt(train_texts, batch_size=256)
         # Clipped like the tokens, so that bigram i still pairs tokens i, i + 1.
         bigram_ids = ClipSequence(
             max(1, max_len - 1),
             head=None if head_len is None else max(0, head_len - 1),
-            name="bigram_clip",
+            name=BIGRAM_CLIP,
         )(bigrams(texts))
         x = BigramEmbedding(
-            bigrams.vocabulary_size(), embed_dim, name="bigram_embedding"
+            bigrams.vocabulary_size(), embed_dim, name=BIGRAM_EMBEDDING
         )(x, bigram_ids)
-    x = keras.layers.Dropout(dropout, seed=seed, name="embedding_dropout")(x)
+    x = keras.layers.Dropout(dropout, seed=seed, name=EMBEDDING_DROPOUT)(x)
     for i in range(num_layers):
-        x = encoder_class(
+        x = TransformerEncoder(
             intermediate_dim=intermediate_dim,
             num_heads=num_heads,
             dropout=dropout,
             seed=seed + 10 * (i + 1),
-            name=f"encoder_{i}",
+            attention=attention,
+            name=f"{ENCODER}_{i}",
         )(x)
     # scale=1: with Adam the query then moves the logits 8x faster than with
     # 1/sqrt(64), so the pooling learns to prefer tokens within two epochs.
-    x = AttentionPooling(scale=1.0, name="pooling")(x)
-    x = keras.layers.Dropout(dropout, seed=seed + 1, name="pooling_dropout")(x)
+    x = AttentionPooling(scale=1.0, name=POOLING)(x)
+    x = keras.layers.Dropout(dropout, seed=seed + 1, name=POOLING_DROPOUT)(x)
     probability = keras.layers.Dense(
-        1, activation="sigmoid", dtype="float32", name="classifier"
+        1, activation="sigmoid", dtype="float32", name=CLASSIFIER
     )(x)
-    return keras.Model(texts, probability, name="imdb_sentiment")
+    return keras.Model(texts, probability, name=MODEL)
 
 
 def compile_model(
@@ -151,7 +190,21 @@ def compile_model(
     learning_rate: float = DEFAULTS["learning_rate"],
     weight_decay: float = DEFAULTS["weight_decay"],
 ) -> keras.Model:
-    """AdamW with a linear warm-up and a cosine decay over `total_steps`."""
+    """Compiles `model` with AdamW, a linear warm-up and a cosine decay.
+
+    The learning rate rises from `learning_rate / 10` to `learning_rate`
+    over the first 10% of the steps, then decays to 0 on a cosine. Gradients
+    are clipped to norm 1. Loss: binary cross-entropy; metric: accuracy.
+
+    Args:
+        model: The model from `build_model`.
+        total_steps: The number of training steps (epochs x batches).
+        learning_rate: The peak learning rate. Defaults to `1e-3`.
+        weight_decay: AdamW's weight decay. Defaults to `0.01`.
+
+    Returns:
+        `model`, compiled.
+    """
     warmup = max(1, total_steps // 10)
     schedule = keras.optimizers.schedules.CosineDecay(
         initial_learning_rate=learning_rate / 10,
@@ -184,7 +237,8 @@ class ReviewBatches(keras.utils.PyDataset):
         labels: Their 0/1 labels.
         batch_size: Reviews per batch.
         shuffle: Whether to shuffle (training) or keep the order.
-        seed: Seed of the shuffling.
+            Defaults to `True`.
+        seed: Seed of the shuffling. Defaults to `0`.
     """
 
     def __init__(
@@ -234,3 +288,27 @@ class ReviewBatches(keras.utils.PyDataset):
 
     def on_epoch_end(self):
         self._batches = self._make_batches()
+
+
+def evaluate(
+    model: keras.Model,
+    texts: Sequence[str],
+    labels: Sequence[int] | np.ndarray,
+    batch_size: int = 128,
+) -> float:
+    """Accuracy of `model` on reviews, batched by length.
+
+    Args:
+        model: A model from `build_model` (or loaded from its file).
+        texts: Review strings.
+        labels: Their 0/1 labels.
+        batch_size: Reviews per prediction batch. Defaults to `128`.
+
+    Returns:
+        The fraction of reviews whose predicted probability is on the side
+        of 0.5 that their label is on.
+    """
+    batches = ReviewBatches(texts, labels, batch_size, shuffle=False)
+    probabilities = model.predict(batches, verbose=0)[:, 0]
+    labels = np.asarray(labels)[np.concatenate(batches.batch_indices())]
+    return float(np.mean((probabilities > 0.5).astype("int32") == labels))

