@@ -26,8 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported lazily: Keras must not load before the setup
-    import keras
-
     from keras_selfattn.imdb.train import TrainConfig
 
 PROG = "keras-selfattn"
@@ -101,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
-    def add(flag: str, help_text: str, check=None, convert=int, **keywords):
+    def add(flag: str, help_text: str, check=None, convert=str, **keywords):
         name = flag[2:].replace("-", "_")
         if check is not None:
             keywords["type"] = _checked(name, check, convert)
@@ -110,49 +108,44 @@ def build_parser() -> argparse.ArgumentParser:
 
     positive = v.check_positive_int
     non_negative = functools.partial(v.check_int_in_range, low=0)
-    at_least_minus_1 = functools.partial(v.check_int_in_range, low=-1)  # -1: None
-    add("--data", data_help)
-    add("--epochs", "passes over the training reviews", positive)
-    add("--batch-size", "reviews per training step (per replica)", positive)
-    add("--max-len", "tokens read per review", positive)
+    rate, real = v.check_rate, v.check_positive_float
+    # flag, help, check (None: free text), conversion of the text
+    for flag, help_text, check, convert in (
+        ("--data", data_help, None, str),
+        ("--epochs", "passes over the training reviews", positive, int),
+        ("--batch-size", "reviews per training step (per replica)", positive, int),
+        ("--max-len", "tokens read per review", positive, int),
+        ("--vocab-size", "words in the vocabulary (with [UNK])", positive, int),
+        ("--bigram-vocab-size", "word pairs in a 2nd vocabulary; 0: none",
+         non_negative, int),
+        ("--embed-dim", "size of the token vectors", positive, int),
+        ("--num-heads", "attention heads of each encoder block", positive, int),
+        ("--num-layers", "encoder blocks", positive, int),
+        ("--intermediate-dim", "feed-forward size in the encoder", positive, int),
+        ("--dropout", "dropout rate in the model", rate, float),
+        ("--learning-rate", "peak AdamW learning rate", real, float),
+        ("--limit", "train on the first N training reviews only", positive, int),
+        ("--seed", "seed of the initialisation, dropout, shuffling",
+         non_negative, int),
+        ("--out", "model file (.keras)", None, str),
+        ("--tensorboard", "TensorBoard log folder", None, str),
+    ):  # fmt: skip
+        add(flag, help_text, check, convert)
     add(
         "--head-len",
         "a longer review keeps its first HEAD_LEN and last MAX_LEN - HEAD_LEN "
         f"tokens; -1 keeps the first MAX_LEN (default: {defaults['head_len']}, "
         "at most MAX_LEN)",
-        at_least_minus_1,
+        functools.partial(v.check_int_in_range, low=-1),  # -1: None
         default=argparse.SUPPRESS,  # not given: the default, clipped to MAX_LEN
     )
-    add("--vocab-size", "words in the vocabulary (with [UNK])", positive)
-    add("--bigram-vocab-size", "word pairs in a 2nd vocabulary; 0: none", non_negative)
-    add("--embed-dim", "size of the token vectors", positive)
-    add("--num-heads", "attention heads of each encoder block", positive)
-    add("--num-layers", "encoder blocks", positive)
-    add("--intermediate-dim", "feed-forward size in the encoder", positive)
-    add("--dropout", "dropout rate in the model", v.check_rate, float)
-    add("--learning-rate", "peak AdamW learning rate", v.check_positive_float, float)
-    add("--limit", "train on the first N training reviews only", positive)
-    add("--seed", "seed of the initialisation, dropout, shuffling", non_negative)
-    add("--out", "model file (.keras)")
-    add(
-        "--mixed-precision",
-        "mixed_float16 on a GPU, else mixed_bfloat16",
-        action="store_true",
-    )
-    add("--tensorboard", "TensorBoard log folder", metavar="DIR")
-    add(
-        "--distribute",
-        "tf.distribute: mirrored = all local GPUs (or --devices); multiworker = "
-        "the cluster in TF_CONFIG (blocked upstream: stops with the reason)",
-        choices=distribute.KINDS,
-    )
+    add("--mixed-precision", "mixed_float16 on a GPU, else mixed_bfloat16",
+        action="store_true")  # fmt: skip
+    add("--distribute", "tf.distribute: mirrored = all local GPUs (or --devices); "
+        "multiworker = the cluster in TF_CONFIG", choices=distribute.KINDS)  # fmt: skip
     add("--devices", "for mirrored: /gpu:0,/gpu:1", type=_device_list, metavar="LIST")
-    add(
-        "--attention",
-        "the encoder's attention: this package's, or keras.layers."
-        "MultiHeadAttention in the same model (for comparison)",
-        choices=ATTENTIONS,
-    )
+    add("--attention", "the encoder's attention: this package's, or keras.layers."
+        "MultiHeadAttention in the same model", choices=ATTENTIONS)  # fmt: skip
 
     evaluate = commands.add_parser("evaluate", help="accuracy on the test split")
     evaluate.add_argument("model")
@@ -210,28 +203,10 @@ def _first_line(error: Exception) -> str:
     return lines[0] if lines else type(error).__name__
 
 
-def load_model(path: str) -> keras.Model:
-    """Loads a saved model of the demo.
+def _load(path: str):
+    from keras_selfattn.imdb.model import load
 
-    Args:
-        path: The `.keras` file.
-
-    Returns:
-        The model, which reads raw strings.
-
-    Raises:
-        CliError: The file is missing or not a model (one line).
-    """
-    import keras
-
-    import keras_selfattn  # noqa: F401  (registers the layers)
-
-    if not Path(path).is_file():
-        raise CliError(f"model file not found: {path}")
-    try:
-        return keras.models.load_model(path)
-    except Exception as error:  # corrupt, truncated or not a Keras file
-        raise CliError(f"cannot load model {path}: {_first_line(error)}") from None
+    return load(path)
 
 
 def _require_texts(texts: Sequence[str]) -> None:
@@ -243,7 +218,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     from keras_selfattn.imdb import data
     from keras_selfattn.imdb.model import evaluate
 
-    model = load_model(args.model)
+    model = _load(args.model)
     dataset = data.load(args.data)
     accuracy = evaluate(model, dataset.test_texts, dataset.test_labels, args.batch_size)
     print(f"data: {dataset.source}")
@@ -257,7 +232,7 @@ def _predict(args: argparse.Namespace) -> None:
     if texts == ["-"]:
         texts = [line.rstrip("\n") for line in sys.stdin]
     _require_texts(texts)
-    model = load_model(args.model)
+    model = _load(args.model)
     probabilities = model.predict(np.array(texts, dtype=object), verbose=0)[:, 0]
     for text, p in zip(texts, probabilities, strict=True):
         snippet = textwrap.shorten(text, 60, placeholder="...")
@@ -271,7 +246,7 @@ def _explain(args: argparse.Namespace) -> None:
     _require_texts([text])
     if Path(args.out).suffix.lower() != ".png":
         raise CliError(f"--out must end in .png, got {args.out}")
-    result = explain.explain(load_model(args.model), text)
+    result = explain.explain(_load(args.model), text)
     explain.plot(result, args.out, heads=args.heads)
     label = "positive" if result.probability > 0.5 else "negative"
     print(f"{label} {result.probability:.4f}; wrote {args.out}")
@@ -296,6 +271,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -
         _setup_environment()
         from keras_selfattn.imdb.data import DataError
         from keras_selfattn.imdb.distribute import DistributeError
+        from keras_selfattn.imdb.model import ModelFileError
         from keras_selfattn.imdb.train import train
 
         args = build_parser().parse_args(argv)
@@ -304,7 +280,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -
                 train(config_from_args(args), callbacks)
             else:
                 COMMANDS[args.command](args)
-        except (DataError, DistributeError) as error:
+        except (DataError, DistributeError, ModelFileError) as error:
             raise CliError(str(error)) from None
         return 0
     except CliError as error:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -312,3 +313,31 @@ def evaluate(
     probabilities = model.predict(batches, verbose=0)[:, 0]
     labels = np.asarray(labels)[np.concatenate(batches.batch_indices())]
     return float(np.mean((probabilities > 0.5).astype("int32") == labels))
+
+
+class ModelFileError(Exception):
+    """A model file that is missing or not a model; one line for users."""
+
+
+def load(path: str | Path) -> keras.Model:
+    """Loads a saved demo model (only `keras_selfattn` needs to be imported).
+
+    Args:
+        path: The `.keras` file.
+
+    Returns:
+        The model, which reads raw strings.
+
+    Raises:
+        ModelFileError: The file is missing or not a model.
+    """
+    import keras_selfattn  # noqa: F401  (registers the layers)
+
+    if not Path(path).is_file():
+        raise ModelFileError(f"model file not found: {path}")
+    try:
+        return keras.models.load_model(path)
+    except Exception as error:  # corrupt, truncated or not a Keras file
+        lines = str(error).strip().splitlines()
+        reason = lines[0] if lines else type(error).__name__
+        raise ModelFileError(f"cannot load model {path}: {reason}") from None
