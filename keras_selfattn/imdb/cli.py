@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"tokens; -1 keeps the first MAX_LEN (default: {defaults['head_len']}, "
         "at most MAX_LEN)",
         functools.partial(v.check_int_in_range, low=-1),  # -1: None
+        int,
         default=argparse.SUPPRESS,  # not given: the default, clipped to MAX_LEN
     )
     add("--mixed-precision", "mixed_float16 on a GPU, else mixed_bfloat16",
