@@ -8,12 +8,14 @@ Public API:
 - `AttentionPooling`: a learned, mask-aware attention-weighted average over time.
 - `TokenAndPositionEmbedding`: token plus position embedding, padding id 0 masked.
 - `TransformerEncoder`: one encoder block on this package's attention.
+- `layout_map`: how the layers shard under `keras.distribution.ModelParallel`.
 """
 
 # Registers the text pieces that saved models refer to (the standardization,
 # ClipSequence, BigramEmbedding), so they load after `import keras_selfattn`.
 from keras_selfattn import text as _text  # noqa: F401
 from keras_selfattn.attention import scaled_dot_product_attention
+from keras_selfattn.distribution import layout_map
 from keras_selfattn.layers.encoder import TransformerEncoder
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.layers.pooling import AttentionPooling
@@ -29,5 +31,6 @@ __all__ = [
     "TokenAndPositionEmbedding",
     "TransformerEncoder",
     "__version__",
+    "layout_map",
     "scaled_dot_product_attention",
 ]

@@ -1,0 +1,260 @@
+"""`layout_map` and the layers under `keras.distribution` (JAX).
+
+The map is checked by path on every backend. The distributed runs are JAX
+programs in fresh processes (JAX fixes its devices once per process), whatever
+the backend of the test run, so they run once: model parallelism over two
+virtual CPU devices (`--xla_force_host_platform_device_count=2`) against one
+device, and data parallelism across two processes that train with `fit`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+
+import keras
+import pytest
+
+from keras_selfattn import layout_map
+
+pytestmark = pytest.mark.backend_independent
+
+TOLERANCE = 1e-5
+
+
+def _mesh(axis_names=("batch", "model")):
+    return keras.distribution.DeviceMesh(
+        (1, 2), list(axis_names), devices=["cpu:0", "cpu:1"]
+    )
+
+
+@pytest.mark.parametrize(
+    "path, axes",
+    [
+        ("encoder_0/self_attention/query/kernel", (None, "model", None)),
+        ("mha/value/bias", ("model", None)),
+        ("mha/attention_output/kernel", ("model", None, None)),
+        ("mha/attention_output/bias", None),
+        ("self_attention/qkv_kernel", (None, "model")),
+        ("self_attention/qkv_bias", ("model",)),
+        ("self_attention/output_kernel", ("model", None)),
+        ("self_attention/output_bias", None),
+        ("pooling/key_kernel", (None, "model")),
+        ("pooling/query", None),
+        ("encoder_0/intermediate_dense/kernel", (None, "model")),
+        ("encoder_0/intermediate_dense/bias", ("model",)),
+        ("encoder_0/output_dense/kernel", ("model", None)),
+        ("encoder_0/output_dense/bias", None),
+        ("embedding/token_embedding/embeddings", None),
+        ("classifier/kernel", None),
+    ],
+)
+def test_layout_map_shards_by_heads(path, axes):
+    layout = layout_map(_mesh())[path]
+    assert (None if layout is None else layout.axes) == axes
+
+
+def test_layout_map_takes_the_model_axis_by_name():
+    layouts = layout_map(_mesh(("data", "heads")), model_axis="heads")
+    assert layouts["a/query/kernel"].axes == (None, "heads", None)
+    assert layouts["a/query/kernel"].device_mesh.axis_names == ["data", "heads"]
+
+
+def test_layout_map_argument_errors():
+    with pytest.raises(ValueError, match="argument `device_mesh`"):
+        layout_map(("batch", "model"))
+    with pytest.raises(
+        ValueError, match=r"argument `model_axis`.*Received: model_axis='heads'"
+    ):
+        layout_map(_mesh(), model_axis="heads")
+
+
+# ---------------------------------------------------------------------------
+# JAX, in fresh processes
+
+# Each layer once on one device and once under ModelParallel with the same
+# weights: the largest differences of outputs and gradients (of the weights
+# and the input), and how each weight is laid out.
+_MODEL_PARALLEL = textwrap.dedent(
+    """
+    import json
+    import jax
+    import numpy as np
+    import keras
+    import keras_selfattn
+
+    def build(name):
+        x = keras.Input((6, 16))
+        if name == "SelfAttention":
+            y = keras_selfattn.SelfAttention(16, num_heads=4)(x)
+        elif name == "MultiHeadAttention":
+            y = keras_selfattn.MultiHeadAttention(4, 4)(x, x)
+        elif name == "AttentionPooling":
+            y = keras_selfattn.AttentionPooling(num_heads=2)(x)
+        else:
+            y = keras_selfattn.TransformerEncoder(32, num_heads=4)(x)
+        return keras.Model(x, y)
+
+    def output_and_grads(model, x, upstream):
+        trainable = [v.value for v in model.trainable_variables]
+        fixed = [v.value for v in model.non_trainable_variables]
+
+        def loss(trainable, x):
+            y, _ = model.stateless_call(trainable, fixed, x)
+            return (y * upstream).sum(), y
+
+        run = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
+        (_, y), (grads, x_grad) = run(trainable, x)
+        return [np.asarray(a) for a in (y, x_grad, *grads)]
+
+    names = ["SelfAttention", "MultiHeadAttention", "AttentionPooling",
+             "TransformerEncoder"]
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 6, 16)).astype("float32")
+    one_device = {}
+    for name in names:
+        model = build(name)
+        upstream = rng.normal(size=model.output.shape[1:]).astype("float32")
+        one_device[name] = (model.get_weights(), upstream,
+                            output_and_grads(model, x, upstream))
+
+    mesh = keras.distribution.DeviceMesh(
+        (1, 2), ["batch", "model"], devices=jax.devices())
+    keras.distribution.set_distribution(keras.distribution.ModelParallel(
+        layout_map=keras_selfattn.layout_map(mesh), batch_dim_name="batch"))
+    report = {"devices": len(jax.devices())}
+    for name in names:
+        weights, upstream, expected = one_device[name]
+        model = build(name)
+        model.set_weights(weights)
+        got = output_and_grads(model, x, upstream)
+        report[name] = {
+            "output": float(np.abs(got[0] - expected[0]).max()),
+            "gradients": max(float(np.abs(a - b).max())
+                             for a, b in zip(got[1:], expected[1:])),
+            "layouts": {
+                v.path.split("/", 1)[1]: [
+                    str(v.value.sharding.spec),
+                    sorted({tuple(s.data.shape) for s in v.value.addressable_shards}),
+                ]
+                for v in model.trainable_variables
+            },
+        }
+    print("REPORT", json.dumps(report))
+    """
+)
+
+# One of two processes of a data-parallel `fit`; prints a digest of the
+# weights it ends with.
+_DATA_PARALLEL = textwrap.dedent(
+    """
+    import hashlib, json, sys
+    import keras
+    import numpy as np
+    keras.distribution.initialize(
+        job_addresses=sys.argv[1], num_processes=2, process_id=int(sys.argv[2]))
+    import jax
+    import tensorflow as tf
+    import keras_selfattn
+    keras.distribution.set_distribution(
+        keras.distribution.DataParallel(devices=jax.devices()))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 8, 16)).astype("float32")
+    y = (x[:, :, 0].mean(axis=1, keepdims=True) > 0).astype("float32")
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([
+        keras.Input((8, 16)),
+        keras_selfattn.SelfAttention(16, num_heads=2),
+        keras.layers.GlobalAveragePooling1D(),
+        keras.layers.Dense(1, activation="sigmoid"),
+    ])
+    model.compile(optimizer="adam", loss="binary_crossentropy")
+    history = model.fit(
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(16), epochs=3, verbose=0)
+    weights = b"".join(np.ascontiguousarray(w).tobytes()
+                       for w in model.get_weights())
+    print("REPORT", json.dumps({
+        "devices": len(jax.devices()),
+        "local_devices": len(jax.local_devices()),
+        "losses": history.history["loss"],
+        "weights": hashlib.sha256(weights).hexdigest(),
+    }))
+    """
+)
+
+LIMIT = 150
+
+
+def _jax_env(subprocess_env, xla_flags: str = "") -> dict:
+    return dict(subprocess_env, KERAS_BACKEND="jax", XLA_FLAGS=xla_flags)
+
+
+def _report(output: str) -> dict:
+    lines = [line for line in output.splitlines() if line.startswith("REPORT ")]
+    assert lines, output[-3000:]
+    return json.loads(lines[-1][len("REPORT ") :])
+
+
+@pytest.mark.distributed
+def test_model_parallel_matches_one_device(subprocess_env):
+    env = _jax_env(subprocess_env, "--xla_force_host_platform_device_count=2")
+    result = subprocess.run(
+        [sys.executable, "-c", _MODEL_PARALLEL],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=LIMIT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = _report(result.stdout)
+    assert report.pop("devices") == 2
+    for name, found in report.items():
+        assert found["output"] < TOLERANCE, (name, found)
+        assert found["gradients"] < TOLERANCE, (name, found)
+    shards = {name: found["layouts"] for name, found in report.items()}
+    # Each device holds half of every split kernel (4 heads: 2 on each), and
+    # all of every other weight.
+    assert shards["MultiHeadAttention"]["query/kernel"][1] == [[16, 2, 4]]
+    assert shards["MultiHeadAttention"]["attention_output/kernel"][1] == [[2, 4, 16]]
+    assert shards["SelfAttention"]["qkv_kernel"][1] == [[16, 24]]
+    assert shards["SelfAttention"]["output_kernel"][1] == [[8, 16]]
+    assert shards["AttentionPooling"]["key_kernel"][1] == [[16, 8]]
+    encoder = shards["TransformerEncoder"]
+    assert encoder["self_attention/value/kernel"][1] == [[16, 2, 4]]
+    assert encoder["intermediate_dense/kernel"][1] == [[16, 16]]
+    assert encoder["output_dense/kernel"][1] == [[16, 16]]
+    assert encoder["attention_norm/gamma"][1] == [[16]]  # replicated
+
+
+@pytest.mark.distributed
+def test_data_parallel_fit_on_two_processes_ends_with_the_same_weights(
+    subprocess_env,
+):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    env = _jax_env(subprocess_env)
+    processes = []
+    with contextlib.ExitStack() as stack:
+        for process_id in range(2):
+            process = subprocess.Popen(
+                [sys.executable, "-c", _DATA_PARALLEL, address, str(process_id)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            stack.callback(process.kill)
+            processes.append(process)
+        outputs = [p.communicate(timeout=LIMIT)[0] for p in processes]
+    for process, output in zip(processes, outputs, strict=True):
+        assert process.returncode == 0, output[-3000:]
+    first, second = (_report(output) for output in outputs)
+    assert first["devices"] == 2 and first["local_devices"] == 1
+    assert first["weights"] == second["weights"]
+    assert first["losses"] == second["losses"]
+    assert first["losses"][-1] < first["losses"][0], first["losses"]
