@@ -1,27 +1,32 @@
-"""tf.distribute for the IMDB demo: strategies, the chief, and who writes what.
+"""tf.distribute for the IMDB demo: strategies, the chief, checkpoints, input.
 
 `keras-selfattn train --distribute mirrored` trains on all local GPUs (or the
-devices given with `--devices`) with `tf.distribute.MirroredStrategy`. The
-batch size given on the command line is per replica; the global batch is that
-times the number of replicas.
-
-`--distribute multiworker` (`tf.distribute.MultiWorkerMirroredStrategy`, the
-cluster read from the standard `TF_CONFIG` environment variable) is blocked
-upstream: Keras 3's `fit` fails under that strategy
-(tensorflow/tensorflow#72388), so it checks `TF_CONFIG` and then stops with a
-one-line error. The rules below are written for it and tested on their own.
+devices given with `--devices`) with `tf.distribute.MirroredStrategy`;
+`--distribute multiworker` trains on the machines listed in the standard
+`TF_CONFIG` environment variable with
+`tf.distribute.MultiWorkerMirroredStrategy`. Both run the training loop of
+`train.py` (Keras 3's `fit` fails under the multi-worker strategy,
+tensorflow/tensorflow#72388). The batch size given on the command line is
+per replica; the global batch is that times the number of replicas.
 
 In multi-worker training every worker runs the same program and every worker
 saves (saving may involve collective operations), but only the chief writes
 to the real paths: the others write to private temporary folders, which they
-delete. Backups for resuming follow the same rule: the chief's backup folder
-is the one every worker restores from, so on several machines it must be on a
-shared filesystem (or copied to the same path on each).
+delete. Checkpoints follow the same rule: the chief's checkpoint folder is the
+one every worker restores from, so on several machines it must be on a shared
+filesystem (or copied to the same path on each).
+
+A worker that dies (killed, or its machine lost) stops the others: a
+collective operation that waits for it fails, at the latest after
+`COLLECTIVE_TIMEOUT` seconds, and they stop with a `WorkerLostError` error that
+says how to resume.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import shutil
 from collections.abc import Sequence
@@ -35,9 +40,39 @@ from keras_selfattn.imdb import model as imdb_model
 
 KINDS = ("none", "mirrored", "multiworker")
 
+# How long a collective operation (an all-reduce of the gradients, say) waits
+# for the other workers before it fails, in seconds; the environment variable
+# of that name overrides it. Long enough for a slow worker to catch up (the
+# first one waits while the others load the data), short enough that a lost
+# worker stops the others within minutes even where TensorFlow does not
+# notice the loss sooner (it usually does, within seconds).
+COLLECTIVE_TIMEOUT = 300.0
+COLLECTIVE_TIMEOUT_VARIABLE = "KERAS_SELFATTN_COLLECTIVE_TIMEOUT"
+
 
 class DistributeError(Exception):
     """A user-facing configuration error (printed as one line)."""
+
+
+class WorkerLostError(DistributeError):
+    """Another worker stopped answering during multi-worker training."""
+
+
+def collective_timeout() -> float:
+    """`COLLECTIVE_TIMEOUT`, or the seconds in its environment variable."""
+    text = os.environ.get(COLLECTIVE_TIMEOUT_VARIABLE)
+    if text is None:
+        return COLLECTIVE_TIMEOUT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < math.inf:
+        raise DistributeError(
+            f"{COLLECTIVE_TIMEOUT_VARIABLE} must be a positive number of "
+            f"seconds, got {text!r}"
+        )
+    return seconds
 
 
 def _tf_config() -> dict:
@@ -71,15 +106,21 @@ def _tf_config() -> dict:
 def make_strategy(kind: str, devices: Sequence[str] | None = None):
     """The `tf.distribute.Strategy` for `--distribute KIND`, or None for none.
 
-    `"multiworker"` checks `TF_CONFIG`, then raises `DistributeError`: Keras
-    3's `fit` cannot train under `MultiWorkerMirroredStrategy` today
-    (tensorflow/tensorflow#72388). The chief and backup rules below are
-    ready for it.
-
     Args:
         kind: One of `"none"`, `"mirrored"` or `"multiworker"`.
         devices: For `"mirrored"`, the devices to mirror on, e.g.
             `["/gpu:0", "/gpu:1"]`. Defaults to all local GPUs (or the CPU).
+
+    Returns:
+        `None`, a `MirroredStrategy`, or a `MultiWorkerMirroredStrategy` on
+        the cluster of `TF_CONFIG` whose collective operations give up after
+        `COLLECTIVE_TIMEOUT` seconds. The multi-worker strategy must be
+        made before TensorFlow runs anything else: it starts this worker's
+        server and waits until every worker of the cluster has started.
+
+    Raises:
+        DistributeError: An unknown kind, `devices` without `"mirrored"`, or
+            no valid `TF_CONFIG` for `"multiworker"`.
     """
     import tensorflow as tf
 
@@ -98,15 +139,58 @@ def make_strategy(kind: str, devices: Sequence[str] | None = None):
                 "multiworker uses its local GPUs (or CPU)"
             )
         _tf_config()
-        raise DistributeError(
-            f"multi-worker training is blocked upstream: Keras {keras.__version__}'s "
-            "fit() fails under MultiWorkerMirroredStrategy (it averages each "
-            "worker's scalar metrics along an axis they do not have; "
-            "tensorflow/tensorflow#72388). Use --distribute mirrored on one machine"
+        options = tf.distribute.experimental.CommunicationOptions(
+            timeout_seconds=collective_timeout()
         )
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     raise DistributeError(
         f"unknown --distribute {kind!r}: expected one of {', '.join(KINDS)}"
     )
+
+
+def _reason(error: Exception) -> str:
+    """The line of a TensorFlow error that says what happened, not where."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    skip = ("Graph execution error", "Detected at node", "File ", "[[")
+    lines = [line for line in lines if not line.startswith(skip)]
+    if not lines:
+        return "no reason given"
+    reason = lines[0]
+    if reason.endswith(":") and len(lines) > 1:  # the list of lost tasks
+        reason = f"{reason} {lines[1]}"
+    return reason[:300]
+
+
+@contextlib.contextmanager
+def stop_on_lost_worker(kind: str):
+    """Turns the errors of a multi-worker run that lost a worker into one
+    `WorkerLostError`, which says how to resume.
+
+    A worker that dies makes the collective operations of the others fail:
+    at once where TensorFlow notices the lost connection, at the latest after
+    `collective_timeout()` seconds.
+
+    Args:
+        kind: The `--distribute` kind; only `"multiworker"` turns errors.
+    """
+    import tensorflow as tf
+
+    lost = (
+        tf.errors.UnavailableError,
+        tf.errors.DeadlineExceededError,
+        tf.errors.CancelledError,
+        tf.errors.AbortedError,
+    )
+    try:
+        yield
+    except lost as error:
+        if kind != "multiworker":
+            raise
+        raise WorkerLostError(
+            f"a worker was lost ({type(error).__name__}: {_reason(error)}); "
+            "run the same command on every worker again to resume after the "
+            "last finished epoch"
+        ) from None
 
 
 def num_replicas(strategy) -> int:
@@ -153,51 +237,90 @@ def discard(path: Path, strategy) -> None:
         shutil.rmtree(path.parent, ignore_errors=True)
 
 
-class ChiefBackupAndRestore(keras.callbacks.BackupAndRestore):
-    """`keras.callbacks.BackupAndRestore` that follows the multi-worker rules.
+class EpochCheckpoint(keras.callbacks.Callback):
+    """Checkpoints of a model's variables, its optimizer's and the epoch.
 
-    Every worker restores from `backup_dir` (the chief's backup); only the
-    chief writes there. Other workers write their backups to a private folder
-    inside it and delete that folder when training ends. Outside multi-worker
-    training this is plain `BackupAndRestore`.
+    `restore` brings back the latest checkpoint in `folder`, the chief's,
+    on every worker; at the end of each epoch every worker saves, but only
+    the chief writes to `folder` (`tf.train.CheckpointManager`, the last
+    checkpoint kept); the others write to a private folder beside it and
+    delete it. Outside multi-worker training this process is the chief.
+
+    The model's variables include the states of its dropout seed
+    generators; the optimizer's include its step count, which drives the
+    learning-rate schedule.
 
     Args:
-        backup_dir: String, the folder of the chief's backup.
-        strategy: The `tf.distribute.Strategy` training runs under, or None.
+        folder: The chief's checkpoint folder.
+        model: A compiled model; `restore` builds its optimizer.
+        strategy: The `tf.distribute.Strategy` training runs under, or
+            `None`. Defaults to `None`.
     """
 
-    def __init__(self, backup_dir: str, strategy=None):
-        super().__init__(backup_dir)
+    def __init__(self, folder: str | os.PathLike, model: keras.Model, strategy=None):
+        import tensorflow as tf
+
+        super().__init__()
+        self.folder = Path(folder)
         self.strategy = strategy
-        self._chief = is_chief(strategy)
-        self._restore_paths = (self._weights_path, self._training_metadata_path)
-        if not self._chief:
-            private = write_path(Path(backup_dir) / "worker", strategy).parent
-            self._private_dir = str(private)
-
-    def _save_model(self):
-        if self._chief:
-            return super()._save_model()
-        chief = (self.backup_dir, *self._restore_paths)
-        self.backup_dir = self._private_dir
-        self._weights_path = os.path.join(self._private_dir, "latest.weights.h5")
-        self._training_metadata_path = os.path.join(
-            self._private_dir, "training_metadata.json"
+        optimizer = model.optimizer
+        if not optimizer.built:  # its variables must exist to be restored
+            scope = contextlib.nullcontext() if strategy is None else strategy.scope()
+            with scope:
+                optimizer.build(model.trainable_variables)
+        self._epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self._checkpoint = tf.train.Checkpoint(
+            model=list(model.variables),
+            optimizer=list(optimizer.variables),
+            epoch=self._epoch,
         )
-        try:
-            super()._save_model()
-        finally:
-            self.backup_dir, self._weights_path, self._training_metadata_path = chief
+        self._writes = write_path(self.folder, strategy)
+        self._manager = tf.train.CheckpointManager(
+            self._checkpoint, str(self._writes), max_to_keep=1
+        )
 
-    def on_train_end(self, logs=None):
-        if self._chief:
-            super().on_train_end(logs)
-        else:
-            shutil.rmtree(self._private_dir, ignore_errors=True)
+    def restore(self) -> int:
+        """Restores the latest checkpoint of the chief's folder, if any.
+
+        Returns:
+            The number of epochs it had finished, `0` without a checkpoint.
+
+        Raises:
+            DistributeError: The checkpoint is not of this model.
+        """
+        import tensorflow as tf
+
+        latest = tf.train.latest_checkpoint(str(self.folder))
+        if latest is None:
+            return 0
+        try:
+            self._checkpoint.restore(latest).assert_consumed()
+        except (AssertionError, ValueError, tf.errors.OpError) as error:
+            lines = str(error).strip().splitlines()
+            raise DistributeError(
+                f"the checkpoint {latest} is not of this model "
+                f"({lines[0] if lines else type(error).__name__}); "
+                f"delete {self.folder} to start over"
+            ) from None
+        return int(self._epoch.numpy())
+
+    def save(self, epochs_done: int) -> None:
+        """Saves the variables as they are after `epochs_done` epochs."""
+        self._epoch.assign(epochs_done)
+        self._manager.save(checkpoint_number=epochs_done)
+        discard(self._writes, self.strategy)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.save(epoch + 1)
+
+    def remove(self) -> None:
+        """Deletes the chief's checkpoints (call on the chief, when done)."""
+        if is_chief(self.strategy):
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------
-# Training under a strategy
+# Input under a strategy
 
 # The layers of the IMDB model (`keras_selfattn.imdb.model.build_model`) whose
 # outputs are the token ids: everything before them is string preprocessing.
@@ -218,11 +341,20 @@ class Split(NamedTuple):
 def split_preprocessing(model: keras.Model) -> Split:
     """Cuts `model` after its text preprocessing; call in `strategy.scope()`.
 
-    Under a `tf.distribute` strategy, Keras cannot take string batches in
-    `fit` (it averages a first batch across replicas to build the model), and
+    Under a `tf.distribute` strategy the replicas take numeric tensors, and
     a string lookup belongs in the input pipeline anyway. So training feeds
     the trainable half with token ids made by the preprocessing half in
-    `tf.data`, and the saved model stays the whole, raw-text one.
+    `tf.data` (`id_dataset`), and the saved model stays the whole, raw-text
+    one.
+
+    Args:
+        model: A model from `keras_selfattn.imdb.model.build_model`.
+
+    Returns:
+        A `Split`.
+
+    Raises:
+        ValueError: `model` is not the IMDB model.
     """
     names = [n for n in _ID_LAYERS if n in {layer.name for layer in model.layers}]
     if not names:
@@ -232,80 +364,36 @@ def split_preprocessing(model: keras.Model) -> Split:
         )
     ids = [model.get_layer(name).output for name in names]
     trainable = keras.Model(ids, model.outputs, name=f"{model.name}_ids")
-    trainable.compile(optimizer=model.optimizer, loss=model.loss, metrics=["accuracy"])
     return Split(keras.Model(model.inputs, ids, name="preprocess"), trainable)
 
 
-def eval_batch_size(n: int, replicas: int, wanted: int = 128) -> int:
-    """A batch size for evaluating `n` reviews whose first batch splits evenly
-    over the replicas (Keras builds the model from a first batch averaged
-    across replicas, which fails on uneven shares)."""
-    if n < replicas:
-        raise DistributeError(
-            f"{n} reviews cannot be shared by {replicas} replicas; "
-            "evaluate on more reviews or on fewer devices"
-        )
-    size = min(wanted, n)
-    return size - size % replicas
+def id_dataset(split: Split, reviews):
+    """Turns a `tf.data` pipeline of (texts, labels) batches into one of
+    (token ids, labels), for `strategy.experimental_distribute_dataset`.
 
+    Every worker reads the same batches and keeps its share of each
+    (`AutoShardPolicy.DATA`), so a short batch is shared too and every
+    review is counted once.
 
-def _id_dataset(split: Split, batches, full_batches_only: bool = False):
-    """A tf.data pipeline of (token ids, labels) from a `ReviewBatches`.
+    Args:
+        split: From `split_preprocessing`.
+        reviews: A `tf.data.Dataset` of global batches `(texts, labels)`.
 
-    With `full_batches_only` (training), the few short batches are skipped,
-    so every step splits evenly over the replicas.
+    Returns:
+        The `tf.data.Dataset` of `(ids, labels)`.
     """
     import tensorflow as tf
-
-    def generate():
-        for index in range(len(batches)):
-            texts, labels = batches[index]
-            if not full_batches_only or len(labels) == batches.batch_size:
-                yield texts, labels
-        batches.on_epoch_end()
-
-    dataset = tf.data.Dataset.from_generator(
-        generate,
-        output_signature=(
-            tf.TensorSpec((None,), tf.string),
-            tf.TensorSpec((None,), tf.float32),
-        ),
-    )
 
     def to_ids(texts, labels):
         ids = split.preprocess(texts)
         return (tuple(ids) if isinstance(ids, (list, tuple)) else ids), labels
 
-    dataset = dataset.map(to_ids).prefetch(tf.data.AUTOTUNE)
+    dataset = reviews.map(to_ids).prefetch(tf.data.AUTOTUNE)
     options = tf.data.Options()
-    # Every worker reads the same seeded batches and keeps its share of each.
     options.experimental_distribute.auto_shard_policy = (
         tf.data.experimental.AutoShardPolicy.DATA
     )
     return dataset.with_options(options)
-
-
-def fit(
-    split: Split, train_batches, val_batches, epochs, callbacks, verbose
-) -> keras.callbacks.History:
-    """`fit` of the trainable half on token ids (see `split_preprocessing`)."""
-    return split.trainable.fit(
-        _id_dataset(split, train_batches, full_batches_only=True),
-        validation_data=None
-        if val_batches is None
-        else _id_dataset(split, val_batches),
-        epochs=epochs,
-        callbacks=list(callbacks),
-        verbose=verbose,
-    )
-
-
-def accuracy(split: Split, batches) -> float:
-    """Test accuracy, computed by all workers together."""
-    result = split.trainable.evaluate(
-        _id_dataset(split, batches), return_dict=True, verbose=0
-    )
-    return float(result["accuracy"])
 
 
 def fingerprint(model: keras.Model) -> float:

@@ -233,6 +233,10 @@ class ReviewBatches(keras.utils.PyDataset):
     shuffling (evaluation), the reviews are batched in order of length;
     `batch_indices()` tells which reviews each batch holds.
 
+    The order of epoch `e` depends on `(seed, e)` only: `on_epoch_end` moves
+    to the next epoch and `set_epoch(e)` to any, so a run resumed at epoch
+    `e` sees the batches an uninterrupted run sees.
+
     Args:
         texts: Review strings.
         labels: Their 0/1 labels.
@@ -257,7 +261,8 @@ class ReviewBatches(keras.utils.PyDataset):
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.lengths = np.array([len(t.split()) for t in self.texts])
-        self.rng = np.random.default_rng(seed)
+        self.seed = seed
+        self.epoch = 0
         self._batches = self._make_batches()
 
     def _make_batches(self) -> list[np.ndarray]:
@@ -265,14 +270,15 @@ class ReviewBatches(keras.utils.PyDataset):
         if not self.shuffle:
             order = np.argsort(self.lengths, kind="stable")
             return [order[i : i + size] for i in range(0, n, size)]
-        order = self.rng.permutation(n)
+        rng = np.random.default_rng((self.seed, self.epoch))
+        order = rng.permutation(n)
         pool = size * 50
         batches = []
         for start in range(0, n, pool):
             chunk = order[start : start + pool]
             chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
             batches += [chunk[i : i + size] for i in range(0, len(chunk), size)]
-        return [batches[i] for i in self.rng.permutation(len(batches))]
+        return [batches[i] for i in rng.permutation(len(batches))]
 
     def __len__(self) -> int:
         return math.ceil(len(self.texts) / self.batch_size)
@@ -287,8 +293,14 @@ class ReviewBatches(keras.utils.PyDataset):
         """The indices of the reviews in each batch, in batch order."""
         return list(self._batches)
 
+    def set_epoch(self, epoch: int) -> None:
+        """Makes the batches of epoch `epoch` (counted from 0)."""
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self._batches = self._make_batches()
+
     def on_epoch_end(self):
-        self._batches = self._make_batches()
+        self.set_epoch(self.epoch + 1)
 
 
 def evaluate(

@@ -3,9 +3,19 @@
 `train(TrainConfig(...))` is the one training path of the demo: the
 `keras-selfattn train` command, notebook 03 and `benchmarks/imdb.py` all call
 it. It loads the reviews, keeps 5% of the training ones for validation, builds
-and compiles the model (`model.py`), fits it, with per-epoch backups to resume
-from, saves it and reports its test accuracy. Under `distribute="mirrored"`
-the fit runs under `tf.distribute` (`distribute.py`).
+and compiles the model (`model.py`), trains it, with a checkpoint after each
+epoch to resume from, saves it and reports its test accuracy.
+
+On one device it trains with Keras's `fit`. Under `distribute="mirrored"` or
+`"multiworker"` (`tf.distribute`, `distribute.py`) it trains with its own loop
+(`_DistributedLoop`): Keras 3's `fit` fails under
+`MultiWorkerMirroredStrategy` (tensorflow/tensorflow#72388,
+keras-team/keras#20585), and one loop for both strategies keeps them the same
+code. The loop shows what `fit` shows and calls the same callbacks.
+
+Epoch `e` depends on `(seed, e)` alone: its batches (`ReviewBatches`) and its
+dropout masks. So a run killed at any point and started again ends with
+exactly the weights of an uninterrupted one.
 
 It runs on the TensorFlow backend (the model reads raw strings) and leaves no
 global state behind: with `mixed_precision=True` the global dtype policy is
@@ -16,17 +26,16 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import math
 import os
 import platform
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import keras
+import numpy as np
 
 from keras_selfattn._validation import (
     check_int_in_range,
@@ -77,13 +86,13 @@ class TrainConfig:
         seed: Seed of the initialisation, dropout and shuffling.
             Defaults to `1337`.
         out: The model file, a `.keras` path in an existing folder; the
-            backup for resuming is `out + ".backup"`.
+            checkpoints to resume from are in the folder `out + ".backup"`.
             Defaults to `"imdb.keras"`.
         mixed_precision: Train under `mixed_float16` on a GPU,
             `mixed_bfloat16` on a CPU. Defaults to `False`.
         tensorboard: A TensorBoard log folder, or `None`. Defaults to `None`.
         distribute: `"none"`, `"mirrored"` (all local GPUs, or `devices`) or
-            `"multiworker"` (blocked upstream: stops with the reason).
+            `"multiworker"` (the machines of `TF_CONFIG`).
             Defaults to `"none"`.
         devices: The devices for `distribute="mirrored"`, such as
             `("/gpu:0", "/gpu:1")`, or `None` for all local GPUs.
@@ -229,24 +238,29 @@ def train(
 
     Logs where it computes (`device: ...`), the data, a resume, where it
     saved and how long it trained, and last `test accuracy: 0.XXXX`. A run
-    interrupted after an epoch resumes there when started again with the
-    same `out`. The global dtype policy is as before when it returns or
-    raises.
+    interrupted (or killed) resumes after its last finished epoch when
+    started again with the same `out`, and ends as an uninterrupted run
+    would. The global dtype policy is as before when it returns or raises.
 
     Args:
         config: The options of the run.
-        callbacks: More Keras callbacks for `fit`. Defaults to `None`.
+        callbacks: More Keras callbacks, called as `fit` calls them (under a
+            strategy by the demo's own loop, on every worker).
+            Defaults to `None`.
 
     Returns:
         A `TrainResult`.
 
     Raises:
         data.DataError: The data source cannot be read.
-        distribute.DistributeError: The strategy cannot be set up.
+        distribute.DistributeError: The strategy cannot be set up, or the
+            checkpoint to resume from is not of this model.
+        distribute.WorkerLostError: Multi-worker training lost a worker.
     """
     policy = keras.config.dtype_policy()
     try:
-        return _train(config, list(callbacks or []))
+        with distribute.stop_on_lost_worker(config.distribute):
+            return _train(config, list(callbacks or []))
     finally:
         keras.config.set_dtype_policy(policy)
 
@@ -271,61 +285,79 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
         f"data: {dataset.source}; training on {n_train}, validating on {n_val}, "
         f"testing on {len(dataset.test_texts)} reviews"
     )
-    if strategy is not None:
+    if strategy is None:
+        steps_per_epoch = math.ceil(n_train / global_batch)
+    else:
         _log(
             f"distribute: {config.distribute} "
             f"({distribute.worker_label(strategy)}); replicas: {replicas}, "
             f"per-replica batch: {config.batch_size}, global batch: {global_batch}"
         )
+        steps_per_epoch = n_train // global_batch  # full global batches only
+        if not steps_per_epoch:
+            raise distribute.DistributeError(
+                f"{n_train} training reviews do not fill one global batch of "
+                f"{global_batch}; use a smaller --batch-size or more reviews"
+            )
 
     start = time.perf_counter()
     split = None
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         model = imdb_model.build_model(texts[:n_train], **config.model_options())
-        steps = config.epochs * math.ceil(n_train / global_batch)
-        imdb_model.compile_model(model, steps, learning_rate=config.learning_rate)
+        imdb_model.compile_model(
+            model,
+            config.epochs * steps_per_epoch,
+            learning_rate=config.learning_rate,
+        )
         if strategy is not None:
             split = distribute.split_preprocessing(model)
     out = Path(config.out)
-    backup = Path(f"{out}.backup")
-    meta = backup / "training_metadata.json"
-    if meta.is_file():
-        done = json.loads(meta.read_text()).get("epoch", 0)
-        _log(f"resuming after epoch {done} from {backup}")
-    callbacks = [distribute.ChiefBackupAndRestore(str(backup), strategy)]
-    if config.tensorboard:
-        callbacks.append(keras.callbacks.TensorBoard(str(config.tensorboard)))
-    callbacks += extra_callbacks
+    checkpoint = distribute.EpochCheckpoint(f"{out}.backup", model, strategy)
+    done = checkpoint.restore()
+    if done:
+        _log(f"resuming after epoch {done} from {checkpoint.folder}")
 
     train_batches = imdb_model.ReviewBatches(
         texts[:n_train], labels[:n_train], global_batch, seed=config.seed
     )
     val_batches = None
-    if n_val >= replicas:
+    if n_val:
         val_batches = imdb_model.ReviewBatches(
-            texts[n_train:],
-            labels[n_train:],
-            distribute.eval_batch_size(n_val, replicas),
-            shuffle=False,
+            texts[n_train:], labels[n_train:], EVAL_BATCH * replicas, shuffle=False
         )
+    callbacks = [_EpochSeeds(), checkpoint]
+    if config.tensorboard and distribute.is_chief(strategy):
+        callbacks.append(keras.callbacks.TensorBoard(str(config.tensorboard)))
+    callbacks += extra_callbacks
     if strategy is None:
         history = model.fit(
-            train_batches,
-            validation_data=val_batches,
+            _review_dataset(train_batches, range(done, config.epochs)),
+            steps_per_epoch=steps_per_epoch,
+            validation_data=None
+            if val_batches is None
+            else _review_dataset(val_batches),
             epochs=config.epochs,
+            initial_epoch=done,
             callbacks=callbacks,
             verbose=config.verbose,
+            shuffle=False,  # _review_dataset shuffles, by (seed, epoch)
         )
     else:
-        history = distribute.fit(
-            split, train_batches, val_batches, config.epochs, callbacks, config.verbose
+        loop = _DistributedLoop(strategy, model, split)
+        history = loop.fit(
+            train_batches,
+            val_batches,
+            epochs=config.epochs,
+            initial_epoch=done,
+            callbacks=callbacks,
+            verbose=config.verbose,
         )
     written = distribute.write_path(out, strategy)
     model.save(written)
     distribute.discard(written, strategy)
     seconds = time.perf_counter() - start
+    checkpoint.remove()
     if distribute.is_chief(strategy):
-        shutil.rmtree(backup, ignore_errors=True)
         _log(f"saved {out}; trained in {seconds:.0f} s")
 
     if strategy is None:
@@ -335,9 +367,248 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
         test_batches = imdb_model.ReviewBatches(
             dataset.test_texts,
             dataset.test_labels,
-            distribute.eval_batch_size(len(dataset.test_texts), replicas),
+            EVAL_BATCH * replicas,
             shuffle=False,
         )
-        accuracy = distribute.accuracy(split, test_batches)
+        accuracy = loop.evaluate(test_batches)["accuracy"]
     _log(f"test accuracy: {accuracy:.4f}")
     return TrainResult(accuracy, out, seconds, dict(history.history), model)
+
+
+# Reviews per evaluation batch (per replica under a strategy).
+EVAL_BATCH = 128
+
+# Dropout seed generators jump by this many draws from one epoch to the next.
+_SEED_STRIDE = 1 << 24
+
+
+class _EpochSeeds(keras.callbacks.Callback):
+    """Makes the dropout of epoch `e` depend on `(seed, e)` alone.
+
+    At the start of each epoch every dropout seed generator of the model
+    takes the state `[its seed, e * _SEED_STRIDE]`. With the batches of
+    `_review_dataset`, whose order depends on `(seed, e)` too, and the
+    weights and optimizer from the checkpoint, a run resumed at epoch `e`
+    trains exactly as an uninterrupted one.
+    """
+
+    def on_epoch_begin(self, epoch, logs=None):
+        # `variables` are the `weights` and the seed generators' states.
+        weights = {id(w) for w in self.model.weights}
+        for state in self.model.variables:
+            if id(state) not in weights:
+                value = keras.ops.convert_to_numpy(state)
+                value[1:] = epoch * _SEED_STRIDE
+                state.assign(value)
+
+
+def _review_dataset(
+    batches: imdb_model.ReviewBatches,
+    epochs: range | None = None,
+    full_batches_only: bool = False,
+):
+    """The batches of the given epochs, one after the other, in `tf.data`.
+
+    Each epoch's order is made when the pipeline reaches it
+    (`batches.set_epoch`), so it never depends on when a callback runs or
+    how far ahead `tf.data` reads.
+
+    Args:
+        batches: The `ReviewBatches`.
+        epochs: The epochs (counted from 0), or `None` for one pass in the
+            current order (evaluation). Defaults to `None`.
+        full_batches_only: Whether to skip the short batches, so that every
+            step of a strategy has the global batch. Defaults to `False`.
+
+    Returns:
+        A `tf.data.Dataset` of `(texts, labels)` batches.
+    """
+    import tensorflow as tf
+
+    epochs = [None] if epochs is None else epochs
+    per_epoch = sum(
+        not full_batches_only or len(ids) == batches.batch_size
+        for ids in batches.batch_indices()
+    )  # the same in every epoch
+
+    def generate():
+        for epoch in epochs:
+            if epoch is not None:
+                batches.set_epoch(epoch)
+            for index in range(len(batches)):
+                texts, labels = batches[index]
+                if not full_batches_only or len(labels) == batches.batch_size:
+                    yield texts, labels
+
+    dataset = tf.data.Dataset.from_generator(
+        generate,
+        output_signature=(
+            tf.TensorSpec((None,), tf.string),
+            tf.TensorSpec((None,), tf.float32),
+        ),
+    )
+    known = tf.data.experimental.assert_cardinality(len(epochs) * per_epoch)
+    return dataset.apply(known)
+
+
+class _DistributedLoop:
+    """The demo's training loop under a `tf.distribute` strategy.
+
+    It serves `MirroredStrategy` and `MultiWorkerMirroredStrategy` (under
+    which Keras 3's `fit` fails, tensorflow/tensorflow#72388) and trains as
+    `fit` does on one device. Each step runs on every replica
+    (`strategy.run`): the loss of the replica's share of the global batch,
+    summed and divided by the global batch; its gradients; and the update of
+    the model's optimizer (made in `strategy.scope()`), which sums the
+    replicas' gradients. Only the token-id half of the model
+    (`split.trainable`) runs in the step; the input pipeline makes the ids.
+
+    Args:
+        strategy: The strategy; the model was built in its scope.
+        model: The whole, compiled model (its optimizer trains).
+        split: `distribute.split_preprocessing(model)`.
+    """
+
+    def __init__(self, strategy, model: keras.Model, split: distribute.Split):
+        self.strategy, self.model, self.split = strategy, model, split
+        self._evaluate_step = self._step(self._evaluate_replica)
+        self._train_step = None
+        self._evaluation_data = {}
+
+    def _step(self, replica_fn):
+        """A `tf.function` running `replica_fn` on the next batch of every
+        replica and summing its results over all replicas of all workers."""
+        import tensorflow as tf
+
+        @tf.function
+        def step(iterator):
+            results = self.strategy.run(replica_fn, args=next(iterator))
+            return [self.strategy.reduce("SUM", r, axis=None) for r in results]
+
+        return step
+
+    def _distributed(self, reviews):
+        return self.strategy.experimental_distribute_dataset(
+            distribute.id_dataset(self.split, reviews)
+        )
+
+    @staticmethod
+    def _sums(labels, probabilities):
+        """The summed loss, the correct answers and the reviews of a batch."""
+        import tensorflow as tf
+
+        per_review = keras.losses.binary_crossentropy(labels[:, None], probabilities)
+        predicted = tf.cast(probabilities[:, 0] > 0.5, labels.dtype)
+        correct = tf.reduce_sum(tf.cast(tf.equal(predicted, labels), tf.float32))
+        count = tf.cast(tf.size(labels), tf.float32)
+        return tf.reduce_sum(tf.cast(per_review, tf.float32)), correct, count
+
+    def _evaluate_replica(self, ids, labels):
+        return self._sums(labels, self.split.trainable(ids, training=False))
+
+    def _train_replica(self, global_batch: int):
+        import tensorflow as tf
+
+        network, optimizer = self.split.trainable, self.model.optimizer
+        replicas = self.strategy.num_replicas_in_sync
+
+        def train(ids, labels):
+            with tf.GradientTape() as tape:
+                probabilities = network(ids, training=True)
+                loss_sum, correct, count = self._sums(labels, probabilities)
+                loss = loss_sum / global_batch
+                if network.losses:  # regularisation: once over all replicas
+                    loss += tf.add_n(network.losses) / replicas
+                scaled = optimizer.scale_loss(loss)
+            gradients = tape.gradient(scaled, network.trainable_variables)
+            optimizer.apply_gradients(
+                zip(gradients, network.trainable_variables, strict=True)
+            )
+            return loss_sum, correct, count
+
+        return train
+
+    @staticmethod
+    def _logs(totals: np.ndarray) -> dict[str, float]:
+        loss_sum, correct, count = totals
+        return {"loss": loss_sum / count, "accuracy": correct / count}
+
+    def evaluate(self, batches: imdb_model.ReviewBatches) -> dict[str, float]:
+        """Loss and accuracy on `batches`, computed by all workers together.
+
+        Every review is counted once: the workers share each batch, a short
+        one included, and the counts are summed over all of them.
+
+        Returns:
+            `{"loss": ..., "accuracy": ...}`.
+        """
+        if id(batches) not in self._evaluation_data:
+            self._evaluation_data[id(batches)] = self._distributed(
+                _review_dataset(batches)
+            )
+        iterator = iter(self._evaluation_data[id(batches)])
+        totals = np.zeros(3)
+        for _ in range(len(batches)):
+            totals += [float(x) for x in self._evaluate_step(iterator)]
+        if totals[2] != len(batches.texts):
+            raise distribute.DistributeError(
+                f"distributed evaluation counted {totals[2]:.0f} of "
+                f"{len(batches.texts)} reviews"
+            )
+        return self._logs(totals)
+
+    def fit(
+        self,
+        train_batches: imdb_model.ReviewBatches,
+        val_batches: imdb_model.ReviewBatches | None,
+        *,
+        epochs: int,
+        initial_epoch: int,
+        callbacks: list,
+        verbose: str | int,
+    ) -> keras.callbacks.History:
+        """Trains as `fit` would; the callbacks get what `fit` gives them.
+
+        The chief shows Keras's progress bar; each epoch's logs hold the
+        training and validation loss and accuracy.
+
+        Returns:
+            The `History` of the epochs it ran.
+        """
+        global_batch = train_batches.batch_size
+        steps = len(train_batches.texts) // global_batch  # full batches only
+        if self._train_step is None:
+            self._train_step = self._step(self._train_replica(global_batch))
+        history = keras.callbacks.History()
+        chief = distribute.is_chief(self.strategy)
+        callback_list = keras.callbacks.CallbackList(
+            [*callbacks, history],
+            add_progbar=chief and verbose != 0,
+            model=self.model,
+            verbose=verbose if chief else 0,
+            epochs=epochs,
+            steps=steps,
+        )
+        self.model.stop_training = False
+        logs = {}
+        reviews = _review_dataset(
+            train_batches, range(initial_epoch, epochs), full_batches_only=True
+        )
+        iterator = iter(self._distributed(reviews))
+        callback_list.on_train_begin()
+        for epoch in range(initial_epoch, epochs):
+            callback_list.on_epoch_begin(epoch)
+            totals = np.zeros(3)
+            for step in range(steps):
+                callback_list.on_train_batch_begin(step)
+                totals += [float(x) for x in self._train_step(iterator)]
+                callback_list.on_train_batch_end(step, self._logs(totals))
+            logs = self._logs(totals)
+            if val_batches is not None:
+                val = self.evaluate(val_batches)
+                logs.update({f"val_{k}": v for k, v in val.items()})
+            callback_list.on_epoch_end(epoch, logs)
+            if self.model.stop_training:
+                break
+        callback_list.on_train_end(logs)
+        return history

@@ -145,7 +145,7 @@ def test_interrupted_run_resumes_from_last_epoch(tmp_path, capfd):
     captured = capfd.readouterr()
     assert "run the same command again to resume" in captured.err
     assert not out.exists()
-    assert (tmp_path / "resume.keras.backup" / "training_metadata.json").is_file()
+    assert (tmp_path / "resume.keras.backup" / "checkpoint").is_file()
 
     assert cli.main(args) == 0
     captured = capfd.readouterr().out

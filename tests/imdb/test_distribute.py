@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+import numpy as np
 import pytest
 
 from keras_selfattn.imdb import distribute
+from tests.helpers import to_numpy
 
 pytestmark = [pytest.mark.tensorflow_only, pytest.mark.distributed]
 
@@ -110,19 +111,111 @@ def test_unknown_kind_and_misplaced_devices():
     assert distribute.num_replicas(None) == 1
 
 
-def test_backup_of_other_workers_goes_to_a_private_folder(tmp_path):
+def _model():
     import keras
 
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    model.compile("sgd", "mse")
-    strategy = _FakeStrategy("worker", 1, _TWO_WORKERS)
-    backup = distribute.ChiefBackupAndRestore(str(tmp_path / "backup"), strategy)
-    backup.set_model(model)
-    backup.on_epoch_end(0)
-    private = Path(backup._private_dir)
-    assert (private / "latest.weights.h5").is_file()
-    assert not (tmp_path / "backup" / "latest.weights.h5").exists()
-    # It restores from the chief's folder, not from its own.
-    assert backup._weights_path == str(tmp_path / "backup" / "latest.weights.h5")
-    backup.on_train_end()
-    assert not private.exists()
+    model = keras.Sequential(
+        [keras.Input((2,)), keras.layers.Dropout(0.5, seed=1), keras.layers.Dense(1)]
+    )
+    model.compile(keras.optimizers.Adam(0.1), "mse")
+    return model
+
+
+def _train_one_step(model):
+    x = np.ones((4, 2), "float32")
+    model.train_on_batch(x, x[:, :1])
+
+
+def test_checkpoint_restores_weights_optimizer_and_epoch(tmp_path):
+    folder = tmp_path / "m.keras.backup"
+    model = _model()
+    checkpoint = distribute.EpochCheckpoint(folder, model)
+    assert checkpoint.restore() == 0  # nothing yet
+    _train_one_step(model)
+    checkpoint.set_model(model)
+    checkpoint.on_epoch_end(2)  # epoch 3 done
+    saved = [to_numpy(v) for v in model.variables]
+
+    fresh = _model()
+    restored = distribute.EpochCheckpoint(folder, fresh)
+    assert restored.restore() == 3
+    for a, b in zip(fresh.variables, saved, strict=True):
+        np.testing.assert_array_equal(to_numpy(a), b)  # dropout seeds too
+    assert int(fresh.optimizer.iterations) == 1
+    restored.remove()
+    assert not folder.exists()
+
+
+def test_checkpoint_of_another_model_is_refused(tmp_path):
+    import keras
+
+    folder = tmp_path / "backup"
+    model = _model()
+    distribute.EpochCheckpoint(folder, model).save(1)
+    other = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    other.compile("adam", "mse")
+    with pytest.raises(distribute.DistributeError, match="is not of this model"):
+        distribute.EpochCheckpoint(folder, other).restore()
+
+
+def test_other_workers_checkpoint_privately_and_restore_the_chiefs(tmp_path):
+    folder = tmp_path / "backup"
+    chief_model = _model()
+    distribute.EpochCheckpoint(folder, chief_model).save(1)
+    model = _model()
+    model.optimizer.build(model.trainable_variables)
+    worker = distribute.EpochCheckpoint(
+        folder, model, _FakeStrategy("worker", 1, _TWO_WORKERS)
+    )
+    assert worker.restore() == 1
+    worker.save(2)  # writes beside the chief's folder, then deletes it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup"]
+    import tensorflow as tf
+
+    assert tf.train.latest_checkpoint(str(folder)).endswith("ckpt-1")
+    worker.remove()  # only the chief removes the checkpoints
+    assert folder.is_dir()
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [(None, distribute.COLLECTIVE_TIMEOUT), ("12.5", 12.5), ("0", None), ("x", None)],
+)
+def test_collective_timeout_from_the_environment(monkeypatch, value, expected):
+    if value is None:
+        monkeypatch.delenv(distribute.COLLECTIVE_TIMEOUT_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(distribute.COLLECTIVE_TIMEOUT_VARIABLE, value)
+    if expected is None:
+        with pytest.raises(distribute.DistributeError, match="positive number"):
+            distribute.collective_timeout()
+    else:
+        assert distribute.collective_timeout() == expected
+
+
+def test_a_lost_worker_becomes_one_line_that_says_how_to_resume():
+    import tensorflow as tf
+
+    message = (
+        "Graph execution error:\n\nDetected at node CollectiveReduceV2 defined at "
+        '(most recent call last):\n  File "x.py", line 1, in <module>\n\n'
+        "Collective ops is aborted by: The following tasks are unhealthy "
+        "(stopped sending heartbeats):\n/job:worker/replica:0/task:1\n"
+        "The tasks have crashed.\n\t [[{{node CollectiveReduceV2}}]]"
+    )
+    lost = tf.errors.UnavailableError(None, None, message)
+    with (
+        pytest.raises(distribute.WorkerLostError) as caught,
+        distribute.stop_on_lost_worker("multiworker"),
+    ):
+        raise lost
+    text = str(caught.value)
+    assert "\n" not in text
+    assert "(stopped sending heartbeats): /job:worker/replica:0/task:1" in text
+    assert "run the same command on every worker again" in text
+    # Outside multi-worker training the error is TensorFlow's own.
+    with (
+        pytest.raises(tf.errors.UnavailableError),
+        distribute.stop_on_lost_worker("mirrored"),
+    ):
+        raise lost

@@ -1,33 +1,52 @@
-"""`keras-selfattn train --distribute`: mirrored training on two logical CPUs,
-in a fresh process (TensorFlow fixes its devices once per process), and
-multiworker, which stops before training with its upstream-blocked reason."""
+"""`keras-selfattn train` under tf.distribute and across restarts, for real.
+
+Every run is a fresh process of the command line (TensorFlow fixes its devices
+and its cluster once per process): mirrored training on two logical CPUs; two
+multi-worker processes on 127.0.0.1, each with its own `TF_CONFIG`; a worker
+killed with SIGKILL after epoch 1, which stops the other with one line, and
+both resumed; and a single process killed in epoch 2 whose resumed run ends
+with exactly the weights of an uninterrupted one. Each process has a time
+limit and is killed when a test ends, passed or failed.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from keras_selfattn.imdb import cli
-from tests.helpers import write_acl
+from keras_selfattn.imdb.model import load
+from tests.helpers import to_numpy, write_acl
 
 pytestmark = [pytest.mark.tensorflow_only, pytest.mark.distributed]
 
 TINY = [
-    "--epochs", "3", "--batch-size", "8", "--max-len", "16",
-    "--vocab-size", "200", "--bigram-vocab-size", "200", "--embed-dim", "16",
-    "--intermediate-dim", "16", "--learning-rate", "0.01",
+    "--batch-size", "8", "--max-len", "16", "--vocab-size", "200",
+    "--bigram-vocab-size", "200", "--embed-dim", "16", "--intermediate-dim", "16",
+    "--learning-rate", "0.01",
 ]  # fmt: skip
 
-# Runs the command line, recording the loss of each epoch to $LOSSES.
+# Seconds a training process may take; a worker's error after a lost peer.
+LIMIT = 180
+LOST_WORKER_LIMIT = 60
+
+# Runs the command line, recording each epoch's loss to $LOSSES. With
+# KILL_AFTER_EPOCH=N it kills itself (SIGKILL) after epoch N, and with
+# KILL_AT=E:B after batch B of epoch E (from 0), first writing the time to
+# $KILL_STAMP.
 _DRIVER = textwrap.dedent(
     """
-    import json, os, sys
+    import json, os, signal, sys, time
     import tensorflow as tf
     if os.environ.get("LOGICAL_CPUS"):
         cpu = tf.config.list_physical_devices("CPU")[0]
@@ -38,85 +57,262 @@ _DRIVER = textwrap.dedent(
     import keras
     from keras_selfattn.imdb import cli
 
-    class Losses(keras.callbacks.Callback):
-        losses = []
+    def die():
+        with open(os.environ["KILL_STAMP"], "w") as f:
+            f.write(repr(time.time()))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    class Record(keras.callbacks.Callback):
+        losses, epoch = [], 0
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+        def on_train_batch_end(self, batch, logs=None):
+            if os.environ.get("KILL_AT") == f"{self.epoch}:{batch}":
+                die()
         def on_epoch_end(self, epoch, logs=None):
             self.losses.append(float(logs["loss"]))
+            if os.environ.get("KILL_AFTER_EPOCH") == str(epoch + 1):
+                die()
 
-    code = cli.main(sys.argv[1:], callbacks=[Losses()])
+    code = cli.main(sys.argv[1:], callbacks=[Record()])
     with open(os.environ["LOSSES"], "w") as f:
-        json.dump(Losses.losses, f)
+        json.dump(Record.losses, f)
     sys.exit(code)
     """
 )
 
+# Loads a model in a plain, single-device process; prints its predictions on
+# raw strings.
 _PREDICT = textwrap.dedent(
     """
-    import sys, numpy as np, keras
+    import json, sys, numpy as np, keras
     import keras_selfattn
     model = keras.models.load_model(sys.argv[1])
     texts = np.array(["I loved it, superb", "awful, I hated it"], dtype=object)
-    print("PROBABILITIES", *model.predict(texts, verbose=0)[:, 0])
+    print(json.dumps(model.predict(texts, verbose=0)[:, 0].tolist()))
     """
 )
 
 
-def _run_driver(args, env, tmp_path, name, **extra_env):
-    losses = tmp_path / f"{name}.losses.json"
-    env = dict(env, LOSSES=str(losses), KERAS_SELFATTN_QUIET="1", **extra_env)
-    return subprocess.Popen(
-        [sys.executable, "-c", _DRIVER, *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    ), losses
+class _Run:
+    """One process of the driver, its output in a file."""
+
+    def __init__(self, tmp_path: Path, name: str, args, env, **extra_env):
+        self.name = name
+        self.log = tmp_path / f"{name}.log"
+        self.losses = tmp_path / f"{name}.losses.json"
+        self.stamp = tmp_path / f"{name}.killed"
+        env = dict(
+            env,
+            LOSSES=str(self.losses),
+            KILL_STAMP=str(self.stamp),
+            KERAS_SELFATTN_QUIET="1",
+            **extra_env,
+        )
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", _DRIVER, *args],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+
+    def wait(self, limit: float = LIMIT) -> int:
+        try:
+            return self.process.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            pytest.fail(f"{self.name} ran past {limit} s:\n{self.output()[-3000:]}")
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def lines(self) -> list[str]:
+        """Its lines without TensorFlow's own log lines."""
+        return [
+            line
+            for line in self.output().splitlines()
+            if line.strip() and not re.match(r"^[IWEF]\d{4} |^WARNING: All log", line)
+        ]
+
+    def fingerprint(self) -> str:
+        found = [
+            line for line in self.lines() if line.startswith("weights fingerprint:")
+        ]
+        assert found, self.output()[-3000:]
+        return found[-1]
 
 
-def _probabilities(model_path: Path, env) -> np.ndarray:
-    """Loads the model in a fresh, single-device process and predicts."""
+@contextlib.contextmanager
+def _runs():
+    """Collects `_Run`s and kills those still running when the block ends."""
+    started: list[_Run] = []
+    try:
+        yield started
+    finally:
+        for run in started:
+            if run.process.poll() is None:
+                run.process.kill()
+                run.process.wait()
+
+
+def _free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _tf_configs(n: int) -> list[str]:
+    workers = [f"127.0.0.1:{port}" for port in _free_ports(n)]
+    return [
+        json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}
+        )
+        for i in range(n)
+    ]
+
+
+def _start_workers(runs, tmp_path, name, args, env, **worker1_env) -> list[_Run]:
+    """Starts worker 0 (the chief) and worker 1 of a new two-worker cluster."""
+    for i, tf_config in enumerate(_tf_configs(2)):
+        extra = worker1_env if i == 1 else {}
+        runs.append(
+            _Run(tmp_path, f"{name}{i}", args, env, TF_CONFIG=tf_config, **extra)
+        )
+    return runs[-2:]
+
+
+def _predict(model_path: Path, env) -> np.ndarray:
+    """Loads the model in a plain process; returns its predictions."""
     result = subprocess.run(
         [sys.executable, "-c", _PREDICT, str(model_path)],
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
-        check=True,
     )
-    line = [x for x in result.stdout.splitlines() if x.startswith("PROBABILITIES")]
-    return np.array([float(p) for p in line[-1].split()[1:]])
+    assert result.returncode == 0, result.stderr[-3000:]
+    return np.array(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_acl(tmp_path_factory.mktemp("acl"), n_train=160, n_test=33)
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory, data, subprocess_env):
+    """Two workers trained 2 epochs, uninterrupted: (folder, worker runs)."""
+    folder = tmp_path_factory.mktemp("two_workers")
+    args = ["train", "--data", str(data), *TINY, "--epochs", "2"]
+    args += ["--distribute", "multiworker", "--out", str(folder / "m.keras")]
+    with _runs() as runs:
+        workers = _start_workers(runs, folder, "worker", args, subprocess_env)
+        for run in workers:
+            assert run.wait() == 0, run.output()[-3000:]
+    return folder, workers
 
 
 @pytest.mark.slow
-def test_mirrored_on_two_logical_cpus(tmp_path, subprocess_env):
-    data = write_acl(tmp_path / "acl", n_train=160, n_test=32)
+def test_mirrored_on_two_logical_cpus(tmp_path, data, subprocess_env):
     out = tmp_path / "mirrored.keras"
-    args = ["train", "--data", str(data), *TINY, "--out", str(out)]
+    args = ["train", "--data", str(data), *TINY, "--epochs", "3", "--out", str(out)]
     args += ["--distribute", "mirrored", "--devices", "/cpu:0,/cpu:1"]
-    process, losses = _run_driver(args, subprocess_env, tmp_path, "m", LOGICAL_CPUS="2")
-    output = process.communicate(timeout=240)[0]
-    assert process.returncode == 0, output
-    assert "replicas: 2, per-replica batch: 8, global batch: 16" in output
-    assert "test accuracy:" in output.splitlines()[-1]
-    losses = json.loads(losses.read_text())
+    with _runs() as runs:
+        runs.append(_Run(tmp_path, "m", args, subprocess_env, LOGICAL_CPUS="2"))
+        assert runs[0].wait() == 0, runs[0].output()[-3000:]
+    lines = runs[0].lines()
+    assert "replicas: 2, per-replica batch: 8, global batch: 16" in lines[2]
+    assert lines[-1].startswith("test accuracy: ")
+    losses = json.loads(runs[0].losses.read_text())
     assert len(losses) == 3 and losses[-1] < losses[0], losses
-    probabilities = _probabilities(out, subprocess_env)
+    probabilities = _predict(out, subprocess_env)
     assert probabilities.shape == (2,) and np.all(
         (probabilities > 0) & (probabilities < 1)
     )
 
 
-def test_multiworker_stops_with_the_upstream_reason(tmp_path, monkeypatch, capsys):
-    # Keras 3's fit() cannot train under MultiWorkerMirroredStrategy
-    # (tensorflow/tensorflow#72388); the command says so in one line, before
-    # it creates a strategy or reads any data.
-    cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
-    tf_config = {"cluster": cluster, "task": {"type": "worker", "index": 0}}
-    monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
-    args = ["train", "--distribute", "multiworker", "--out", str(tmp_path / "m.keras")]
-    assert cli.main(args) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    err = captured.err.strip()
-    assert len(err.splitlines()) == 1 and "72388" in err
-    assert "--distribute mirrored" in err
+def test_two_workers_train_one_model(two_workers, subprocess_env):
+    folder, (chief, worker) = two_workers
+    for run, label in ((chief, "worker:0"), (worker, "worker:1")):
+        lines = run.lines()
+        assert f"distribute: multiworker ({label}); replicas: 2" in "\n".join(lines)
+        assert re.fullmatch(r"test accuracy: \d\.\d{4}", lines[-1]), lines
+    # The same weights and losses on both; the losses fall.
+    assert chief.fingerprint() == worker.fingerprint()
+    losses = json.loads(chief.losses.read_text())
+    assert losses == json.loads(worker.losses.read_text())
+    assert len(losses) == 2 and losses[1] < losses[0], losses
+    # The chief shows fit's progress and logs; the other worker shows none.
+    chief_text = "\n".join(chief.lines())
+    for word in ("Epoch 2/2", "loss:", "accuracy:", "val_loss:", "val_accuracy:"):
+        assert word in chief_text
+    assert "Epoch 1/2" not in "\n".join(worker.lines())
+    # Only the chief's model file is left: no checkpoints, no private folders.
+    assert sorted(p.name for p in folder.iterdir() if "keras" in p.name) == ["m.keras"]
+    probabilities = _predict(folder / "m.keras", subprocess_env)
+    assert probabilities.shape == (2,) and np.all(
+        (probabilities > 0) & (probabilities < 1)
+    )
+
+
+def test_killed_worker_stops_the_other_and_both_resume(
+    tmp_path, data, two_workers, subprocess_env
+):
+    args = ["train", "--data", str(data), *TINY, "--epochs", "2"]
+    args += ["--distribute", "multiworker", "--out", str(tmp_path / "m.keras")]
+    with _runs() as runs:
+        chief, worker = _start_workers(
+            runs, tmp_path, "first", args, subprocess_env, KILL_AFTER_EPOCH="1"
+        )
+        assert worker.wait() == -9  # SIGKILL, after its epoch 1
+        killed_at = float(worker.stamp.read_text())
+        code = chief.wait(LOST_WORKER_LIMIT)
+        seconds = time.time() - killed_at
+    assert code == 2, chief.output()[-3000:]
+    error = chief.lines()[-1]
+    assert error.startswith("keras-selfattn: error: a worker was lost"), error
+    assert "run the same command on every worker again" in error
+    print(f"SIGKILL to the other worker's error: {seconds:.1f} s")
+    assert (tmp_path / "m.keras.backup" / "checkpoint").is_file()
+
+    with _runs() as runs:
+        resumed = _start_workers(runs, tmp_path, "again", args, subprocess_env)
+        for run in resumed:
+            assert run.wait() == 0, run.output()[-3000:]
+    for run in resumed:
+        text = "\n".join(run.lines())
+        assert "resuming after epoch 1" in text
+        assert "Epoch 1/2" not in text
+    # Resumed, they end where the uninterrupted workers ended.
+    assert resumed[0].fingerprint() == resumed[1].fingerprint()
+    assert resumed[0].fingerprint() == two_workers[1][0].fingerprint()
+
+
+def test_single_process_killed_in_epoch_2_resumes_to_the_same_weights(
+    tmp_path, data, subprocess_env, capsys
+):
+    args = ["train", "--data", str(data), *TINY, "--epochs", "2"]
+    cut_args = [*args, "--out", str(tmp_path / "cut.keras")]
+    with _runs() as runs:
+        runs.append(_Run(tmp_path, "cut", cut_args, subprocess_env, KILL_AT="1:3"))
+        # The uninterrupted run, here, while the other one runs and dies.
+        assert cli.main([*args, "--out", str(tmp_path / "whole.keras")]) == 0
+        whole = capsys.readouterr().out.strip().splitlines()
+        assert runs[0].wait() == -9, runs[0].output()[-3000:]
+        assert not (tmp_path / "cut.keras").exists()
+        runs.append(_Run(tmp_path, "resumed", cut_args, subprocess_env))
+        assert runs[1].wait() == 0, runs[1].output()[-3000:]
+    resumed = runs[1].lines()
+    assert "resuming after epoch 1" in "\n".join(resumed)
+    assert resumed[-1] == whole[-1]  # test accuracy: 0.XXXX
+    expected = load(tmp_path / "whole.keras")
+    got = load(tmp_path / "cut.keras")
+    for a, b in zip(got.weights, expected.weights, strict=True):
+        np.testing.assert_array_equal(to_numpy(a), to_numpy(b), err_msg=a.path)
