@@ -323,7 +323,7 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
     val_batches = None
     if n_val:
         val_batches = imdb_model.ReviewBatches(
-            texts[n_train:], labels[n_train:], EVAL_BATCH * replicas, shuffle=False
+            texts[n_train:], labels[n_train:], _EVAL_BATCH * replicas, shuffle=False
         )
     callbacks = [_EpochSeeds(), checkpoint]
     if config.tensorboard and distribute.is_chief(strategy):
@@ -367,7 +367,7 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
         test_batches = imdb_model.ReviewBatches(
             dataset.test_texts,
             dataset.test_labels,
-            EVAL_BATCH * replicas,
+            _EVAL_BATCH * replicas,
             shuffle=False,
         )
         accuracy = loop.evaluate(test_batches)["accuracy"]
@@ -376,7 +376,7 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
 
 
 # Reviews per evaluation batch (per replica under a strategy).
-EVAL_BATCH = 128
+_EVAL_BATCH = 128
 
 # Dropout seed generators jump by this many draws from one epoch to the next.
 _SEED_STRIDE = 1 << 24
