@@ -317,6 +317,15 @@ class ReviewBatches(keras.utils.PyDataset):
         self._batches = self._make_batches()
 
 
+def _in_order(model: keras.Model, texts: Sequence[str], batch_size: int):
+    """`model.predict` on `texts` batched by length, back in their order."""
+    batches = ReviewBatches(texts, np.zeros(len(texts)), batch_size, shuffle=False)
+    outputs = model.predict(batches, verbose=0)
+    ordered = np.empty_like(outputs)
+    ordered[np.concatenate(batches.batch_indices())] = outputs
+    return ordered
+
+
 def predict(
     model: keras.Model, texts: Sequence[str], batch_size: int = 128
 ) -> np.ndarray:
@@ -333,11 +342,7 @@ def predict(
     Returns:
         A float array `(len(texts),)`.
     """
-    batches = ReviewBatches(texts, np.zeros(len(texts)), batch_size, shuffle=False)
-    probabilities = model.predict(batches, verbose=0)[:, 0]
-    ordered = np.empty(len(texts), dtype="float32")
-    ordered[np.concatenate(batches.batch_indices())] = probabilities
-    return ordered
+    return _in_order(model, texts, batch_size)[:, 0]
 
 
 def logits(
@@ -358,13 +363,10 @@ def logits(
     """
     classifier = model.get_layer(CLASSIFIER)
     pooled_model = keras.Model(model.inputs, classifier.input)
-    batches = ReviewBatches(texts, np.zeros(len(texts)), batch_size, shuffle=False)
-    pooled = pooled_model.predict(batches, verbose=0).astype("float64")
+    pooled = _in_order(pooled_model, texts, batch_size).astype("float64")
     kernel = keras.ops.convert_to_numpy(classifier.kernel).astype("float64")
     bias = keras.ops.convert_to_numpy(classifier.bias).astype("float64")
-    ordered = np.empty(len(texts), dtype="float64")
-    ordered[np.concatenate(batches.batch_indices())] = (pooled @ kernel + bias)[:, 0]
-    return ordered
+    return (pooled @ kernel + bias)[:, 0]
 
 
 def evaluate(
