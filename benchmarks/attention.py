@@ -51,8 +51,9 @@ IMPLS = {
     "mha": "MHA (ours)",
     "keras": "Keras MHA",
 }
-HEADS, KEY_DIM = 8, 64
 GB = 1e9
+# Set from the command line in `main` (heads, and whether n is an image side).
+_HEADS, _IMAGE = 8, False
 
 
 # --------------------------------------------------------------------- child
@@ -80,19 +81,33 @@ def _watchdog(limit_bytes: float) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _make_step(impl: str, batch: int, n: int, dim: int):
+def _make_step(impl: str, batch: int, n: int, dim: int, shape: argparse.Namespace):
+    """One training step of `impl` on (batch, n, dim) inputs, or on
+    (batch, n, n, dim) images with `shape.image`; with `shape.mask ==
+    "padded"` each sequence has a random length from n/4 to n (seeded)."""
     import keras
+    import numpy as np
     import tensorflow as tf
 
     import keras_selfattn
 
-    x = tf.random.normal((batch, n, dim))
+    heads = shape.heads
+    if shape.image:
+        if impl == "selfattention":
+            raise ValueError("SelfAttention takes sequences, not images")
+        x = tf.random.normal((batch, n, n, dim))
+    else:
+        x = tf.random.normal((batch, n, dim))
+    mask = None
+    if shape.mask == "padded":
+        lengths = np.random.default_rng(0).integers(n // 4, n + 1, size=batch)
+        mask = tf.constant(np.arange(n)[None, :] < lengths[:, None])
     if impl == "selfattention":
-        layer = keras_selfattn.SelfAttention(dim, num_heads=HEADS)
+        layer = keras_selfattn.SelfAttention(dim, num_heads=heads)
         layer.build(x.shape)
 
         def call():
-            return layer(x, training=True)
+            return layer(x, mask=mask, training=True)
 
     else:
         cls = (
@@ -100,11 +115,11 @@ def _make_step(impl: str, batch: int, n: int, dim: int):
             if impl == "keras"
             else keras_selfattn.MultiHeadAttention
         )
-        layer = cls(HEADS, KEY_DIM)
+        layer = cls(heads, dim // heads)
         layer.build(x.shape, x.shape)
 
         def call():
-            return layer(x, x, training=True)
+            return layer(x, x, query_mask=mask, value_mask=mask, training=True)
 
     @tf.function
     def step():
@@ -141,8 +156,8 @@ def _child_matmul() -> dict:
     }
 
 
-def _child_time(impls: list[str], batch: int, n: int, dim: int, steps: int) -> dict:
-    runs = {impl: _make_step(impl, batch, n, dim) for impl in impls}
+def _child_time(impls: list[str], batch: int, n: int, dim: int, steps: int, shape):
+    runs = {impl: _make_step(impl, batch, n, dim, shape) for impl in impls}
     for impl in impls:  # Trace and warm up.
         runs[impl]()
     times = {impl: [] for impl in impls}
@@ -156,9 +171,9 @@ def _child_time(impls: list[str], batch: int, n: int, dim: int, steps: int) -> d
     return {"times_s": times, "cpu_s": cpu}
 
 
-def _child_memory(impl: str, batch: int, n: int, dim: int, steps: int) -> dict:
+def _child_memory(impl: str, batch: int, n: int, dim: int, steps: int, shape):
     baseline = _status_kib("VmHWM") * 1024  # After the imports (done at top).
-    run = _make_step(impl, batch, n, dim)
+    run = _make_step(impl, batch, n, dim, shape)
     start = time.perf_counter()
     for _ in range(steps):
         run()
@@ -181,18 +196,23 @@ def child_main(args) -> None:
         result = _child_matmul()
     elif args.child == "time":
         result = _child_time(
-            args.impls.split(","), args.batch, args.n, args.dim, args.steps
+            args.impls.split(","), args.batch, args.n, args.dim, args.steps, args
         )
     else:
-        result = _child_memory(args.impls, args.batch, args.n, args.dim, args.steps)
+        result = _child_memory(
+            args.impls, args.batch, args.n, args.dim, args.steps, args
+        )
     print(json.dumps(result), flush=True)
 
 
 # -------------------------------------------------------------------- parent
 
 
+_SHAPE_ARGS: list[str] = []  # --heads/--mask/--image, passed to every child
+
+
 def _spawn(args: list[str], timeout: float | None = None) -> dict:
-    command = [sys.executable, os.path.abspath(__file__), *args]
+    command = [sys.executable, os.path.abspath(__file__), *args, *_SHAPE_ARGS]
     try:
         proc = subprocess.run(
             command, capture_output=True, text=True, timeout=timeout, check=False
@@ -207,10 +227,10 @@ def _spawn(args: list[str], timeout: float | None = None) -> dict:
 
 
 def flops_per_step(batch: int, n: int, dim: int) -> float:
-    """Model FLOPs of one training step (3x the forward pass)."""
-    width = HEADS * KEY_DIM
+    """Model FLOPs of one training step (3x the forward pass); `n` positions."""
+    width = dim
     projections = 2 * batch * n * dim * width * 3 + 2 * batch * n * width * dim
-    attention = 2 * batch * HEADS * n * n * KEY_DIM * 2
+    attention = 2 * batch * n * n * width * 2
     return 3.0 * (projections + attention)
 
 
@@ -226,10 +246,11 @@ def predicted_bytes(impl: str, batch: int, n: int, dim: int) -> float:
     """
     from keras_selfattn import attention
 
+    n = n * n if _IMAGE else n  # positions
     linear = 40 * batch * n * dim * 4
     if impl == "keras" or n < attention.AUTO_CHUNK_THRESHOLD:
-        return linear + 5 * batch * HEADS * n * n * 4
-    return linear + 6 * batch * HEADS * n * attention.AUTO_CHUNK_SIZE * 4
+        return linear + 5 * batch * _HEADS * n * n * 4
+    return linear + 6 * batch * _HEADS * n * attention.AUTO_CHUNK_SIZE * 4
 
 
 def _mem_available() -> float:
@@ -368,7 +389,7 @@ def run_benchmark(args) -> dict:
     if not args.no_search:
         for impl in args.search_impls.split(",") if args.search_impls else impls:
             longest, peak, reason = None, None, None
-            n = 1024
+            n = args.search_start
             while True:
                 if n > args.search_max:
                     reason = f"search capped at n={args.search_max} (--search-max)"
@@ -409,6 +430,14 @@ def run_benchmark(args) -> dict:
     return results
 
 
+def _shape_words(args) -> str:
+    if args.image:
+        return "inputs (batch, n, n, dim) images, attention over all n² positions"
+    if args.mask == "padded":
+        return "padding masks (random lengths n/4 to n)"
+    return "no mask"
+
+
 def markdown(results: dict, args, impls: list[str], lengths: list[int]) -> str:
     matmul = results.get("matmul_gflops")
     ours = [i for i in impls if i != "keras"]
@@ -418,7 +447,8 @@ def markdown(results: dict, args, impls: list[str], lengths: list[int]) -> str:
         lines += [
             f"Step time (median of {args.steps} steps, {args.long_steps} above "
             f"n={args.long_from}; wall ms), batch {args.batch}, "
-            f"model dim {args.dim}, forward + backward under `tf.function`; "
+            f"model dim {args.dim}, {args.heads} heads, {_shape_words(args)}, "
+            "forward + backward under `tf.function`; "
             "throughput in model GFLOP/s and % of `tf.matmul` "
             f"({_fmt(matmul, '.0f')} GFLOP/s, best of the runs):",
             "",
@@ -434,7 +464,9 @@ def markdown(results: dict, args, impls: list[str], lengths: list[int]) -> str:
                 row += [_fmt(_ratio(ms.get(i), ms.get("keras")), ".2f") for i in ours]
             for i in impls:
                 if i in ms and matmul:
-                    rate = flops_per_step(args.batch, n, args.dim) / ms[i] * 1e3 / 1e9
+                    positions = n * n if args.image else n
+                    flops = flops_per_step(args.batch, positions, args.dim)
+                    rate = flops / ms[i] * 1e3 / 1e9
                     row.append(f"{rate:.0f} ({100 * rate / matmul:.0f}%)")
                 else:
                     row.append("—")
@@ -498,8 +530,9 @@ def markdown(results: dict, args, impls: list[str], lengths: list[int]) -> str:
     if results.get("search"):
         lines += [
             "",
-            f"Longest sequence trainable at batch 1 within {args.limit_gb:g} GB "
-            "(doubling from 1024):",
+            f"Longest {'image side' if args.image else 'sequence'} trainable at "
+            f"batch 1 within {args.limit_gb:g} GB ({_shape_words(args)}; "
+            f"doubling from {args.search_start}):",
             "",
             "| layer | longest n | peak RSS at that n (GB) | stopped because |",
             "|---|---|---|---|",
@@ -533,10 +566,20 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--no-timing", action="store_true", help="skip step times and memory"
     )
+    parser.add_argument("--heads", type=int, default=8, help="key_dim = dim / heads")
+    parser.add_argument("--mask", choices=["none", "padded"], default="none")
+    parser.add_argument(
+        "--image", action="store_true", help="n is the side of (n, n) images"
+    )
+    parser.add_argument("--search-start", type=int, default=1024)
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--child", choices=["matmul", "time", "memory"])
     parser.add_argument("--n", type=int)
     args = parser.parse_args(argv)
+    global _HEADS, _IMAGE
+    _HEADS, _IMAGE = args.heads, args.image
+    _SHAPE_ARGS[:] = ["--heads", str(args.heads), "--mask", args.mask]
+    _SHAPE_ARGS.extend(["--image"] if args.image else [])
     if args.child:
         child_main(args)
         return 0

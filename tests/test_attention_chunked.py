@@ -300,7 +300,7 @@ def test_multi_head_attention_chunk_size_gives_the_same_outputs(rng):
     assert MultiHeadAttention.from_config(config).chunk_size == 2
     kwargs = dict(value_mask=value_mask, use_causal_mask=True)
     chunked = to_numpy(layer(query, value, **kwargs))
-    layer.chunk_size = None
+    layer._chunk_size = None
     plain = to_numpy(layer(query, value, **kwargs))
     np.testing.assert_allclose(chunked, plain, atol=ATOL)
 

@@ -123,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("--num-layers", "encoder blocks", positive, int),
         ("--intermediate-dim", "feed-forward size in the encoder", positive, int),
         ("--dropout", "dropout rate in the model", rate, float),
+        ("--crop-rate", "share of reviews cropped to 1-3 sentences each epoch",
+         rate, float),
         ("--learning-rate", "peak AdamW learning rate", real, float),
         ("--limit", "train on the first N training reviews only", positive, int),
         ("--seed", "seed of the initialisation, dropout, shuffling",
@@ -142,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--mixed-precision", "mixed_float16 on a GPU, else mixed_bfloat16",
         action="store_true")  # fmt: skip
+    add("--calibrate", "fit a temperature on the validation reviews after "
+        "training", action=argparse.BooleanOptionalAction)  # fmt: skip
     add("--distribute", "tf.distribute: mirrored = all local GPUs (or --devices); "
         "multiworker = the cluster in TF_CONFIG", choices=distribute.KINDS)  # fmt: skip
     add("--devices", "for mirrored: /gpu:0,/gpu:1", type=_device_list, metavar="LIST")
@@ -153,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--data", default="bundled", help=data_help)
     batch = _checked("batch_size", positive)
     evaluate.add_argument("--batch-size", type=batch, default=128)
+    evaluate.add_argument("--calibration-plot", metavar="PNG", help="draw the "
+                          "reliability diagram (and print the ECE)")  # fmt: skip
 
     predict = commands.add_parser("predict", help="label and probability per text")
     predict.add_argument("model")
@@ -216,14 +222,27 @@ def _require_texts(texts: Sequence[str]) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    from keras_selfattn.imdb import data
-    from keras_selfattn.imdb.model import evaluate
+    import numpy as np
 
+    from keras_selfattn.imdb import calibration, data
+    from keras_selfattn.imdb.model import predict
+
+    if args.calibration_plot and Path(args.calibration_plot).suffix != ".png":
+        raise CliError(f"--calibration-plot must end in .png: {args.calibration_plot}")
     model = _load(args.model)
     dataset = data.load(args.data)
-    accuracy = evaluate(model, dataset.test_texts, dataset.test_labels, args.batch_size)
+    labels = np.asarray(dataset.test_labels)
+    probabilities = predict(model, dataset.test_texts, args.batch_size)
+    ece = calibration.expected_calibration_error(probabilities, labels)
     print(f"data: {dataset.source}")
-    print(f"test accuracy: {accuracy:.4f}")
+    print(f"expected calibration error (15 bins): {ece:.4f}")
+    if args.calibration_plot:
+        title = f"{Path(args.model).name} on {len(labels)} test reviews"
+        calibration.reliability_diagram(
+            probabilities, labels, args.calibration_plot, title=title
+        )
+        print(f"wrote {args.calibration_plot}")
+    print(f"test accuracy: {np.mean((probabilities > 0.5) == (labels == 1)):.4f}")
 
 
 def _predict(args: argparse.Namespace) -> None:

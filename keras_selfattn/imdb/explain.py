@@ -19,7 +19,16 @@ import numpy as np
 
 from keras_selfattn.imdb import model as imdb_model
 
-__all__ = ["Explanation", "explain", "plot"]
+__all__ = [
+    "Explanation",
+    "erase",
+    "explain",
+    "faithfulness",
+    "plot",
+    "relative_weights",
+    "token_scores",
+    "token_shades",
+]
 
 
 @dataclass
@@ -165,6 +174,26 @@ def explain(model, text: str) -> Explanation:
 
 GAP = "[…]"
 
+# The picture's colour scale: full colour at this multiple of uniform (1/n).
+SATURATION = 4.0
+
+
+def relative_weights(weights: np.ndarray) -> np.ndarray:
+    """Pooling weights as multiples of uniform attention: `weights * n`.
+
+    1 means "as much as average"; below 1, less. The picture (and the web
+    page) shades from 1 up, so that near-uniform attention looks near white.
+    """
+    weights = np.asarray(weights, dtype="float64")
+    return weights * len(weights)
+
+
+def token_shades(weights: np.ndarray) -> np.ndarray:
+    """The picture's colour strength per token, in [0, 1]: 0 (white) up to
+    uniform attention, 1 from `SATURATION` times uniform on, linear between."""
+    ratios = relative_weights(weights)
+    return np.clip((ratios - 1.0) / (SATURATION - 1.0), 0.0, 1.0)
+
 
 def _wrap(
     tokens: list[str], width: int, gap_after: int | None = None
@@ -197,9 +226,11 @@ def plot(
 ) -> Path:
     """Draws the review shaded by attention weight and saves it as a PNG.
 
-    The top panel is the review as text, each token on a background from
-    white (its review's least-attended token) to dark red (the most-attended
-    one); the title gives the range and the uniform weight 1/n for scale.
+    The top panel is the review as text, each token on a background whose
+    colour is anchored at uniform attention: white for a weight of at most
+    1/n (no more than average), full red from `SATURATION` (4) times 1/n
+    on (`relative_weights`), so near-uniform weights stay near white; the
+    title says so and gives the largest ratio.
     For a review longer than `max_len`, "[…]" marks the skipped middle. The
     panel below shows each token's signed share of the classifier's logit
     (green: towards positive, purple: towards negative), the largest ones
@@ -222,12 +253,8 @@ def plot(
 
     tokens, weights = explanation.tokens, explanation.weights
     lines = _wrap(tokens, chars_per_line, explanation.gap_after)
-    if len(weights):
-        low, high = float(weights.min()), float(weights.max())
-        shade = (weights - low) / max(high - low, 1e-12)
-    else:
-        low = high = 0.0
-        shade = weights
+    ratios = relative_weights(weights)
+    shade = token_shades(weights)
     cmap = matplotlib.colormaps["Reds"]
 
     left, right = 0.07, 0.98
@@ -263,8 +290,9 @@ def plot(
     ax.set_title(
         f"Attention-pooling weight per token: {label} "
         f"(p = {explanation.probability:.3f}), {len(tokens)} tokens\n"
-        f"weights from {low:.4f} (white) to {high:.4f} (dark red); "
-        f"uniform 1/n = {1 / n:.4f}",
+        f"white: at most the uniform weight 1/n = {1 / n:.4f}; full red: "
+        f"{SATURATION:g}x 1/n or more; the largest here is "
+        f"{ratios.max() if len(ratios) else 0:.2f}x 1/n",
         loc="left",
         fontsize=10,
     )
@@ -344,3 +372,119 @@ def plot(
     path = Path(path)
     fig.savefig(path, dpi=dpi, bbox_inches="tight", pad_inches=0.15)
     return path
+
+
+# ---------------------------------------------------------------------------
+# Faithfulness: do the tokens an explanation ranks first decide the output?
+
+EXPLANATIONS = ("weights", "shares", "random")
+
+
+def token_scores(
+    explanation: Explanation, kind: str, rng: np.random.Generator | None = None
+) -> np.ndarray:
+    """How much each token matters, by one of the demo's explanations.
+
+    Args:
+        explanation: From `explain`.
+        kind: `"weights"` (the pooling weights), `"shares"` (each token's
+            share of the logit towards the predicted class) or `"random"`
+            (a random ranking: the baseline).
+        rng: The generator for `"random"`. Defaults to `None`.
+
+    Returns:
+        `(len(tokens),)` scores, higher = more important.
+    """
+    if kind == "weights":
+        return np.asarray(explanation.weights, dtype="float64")
+    if kind == "shares":
+        sign = 1.0 if explanation.probability > 0.5 else -1.0
+        return sign * np.asarray(explanation.contributions, dtype="float64")
+    if kind == "random":
+        return (rng or np.random.default_rng()).random(len(explanation.tokens))
+    raise ValueError(
+        "Received an invalid value for argument `kind`, expected one of "
+        f"{EXPLANATIONS}. Received: kind={kind!r}"
+    )
+
+
+def erase(
+    tokens: list[str], scores: np.ndarray, fraction: float, keep: bool = False
+) -> str:
+    """Deletes (or, with `keep`, keeps only) the top `fraction` of tokens.
+
+    At least one token is chosen. The text comes back with the remaining
+    tokens in their order, joined by spaces (the model standardizes it to
+    the same tokens).
+
+    Args:
+        tokens: The tokens, as `Explanation.tokens`.
+        scores: One score per token; the highest are chosen.
+        fraction: The share of tokens chosen, in (0, 1].
+        keep: Keep the chosen tokens only, instead of deleting them.
+            Defaults to `False`.
+
+    Returns:
+        The text.
+    """
+    count = max(1, round(fraction * len(tokens)))
+    chosen = set(np.argsort(-np.asarray(scores), kind="stable")[:count].tolist())
+    return " ".join(t for i, t in enumerate(tokens) if (i in chosen) == keep)
+
+
+def faithfulness(
+    model,
+    texts: list[str],
+    fractions: tuple[float, ...] = (0.01, 0.05, 0.1, 0.2),
+    seed: int = 0,
+) -> dict[str, dict[float, dict[str, float]]]:
+    """ERASER's comprehensiveness and sufficiency (DeYoung et al., 2020).
+
+    For each review and explanation: the predicted class's probability on
+    the review as the model read it, minus that probability with the top
+    `k` of tokens deleted (comprehensiveness: high = the explanation found
+    what mattered) and with only the top `k` kept (sufficiency: low = those
+    tokens alone carry the decision). Averaged over the reviews.
+
+    Args:
+        model: A model from `build_model`.
+        texts: The reviews.
+        fractions: The shares `k` of tokens. Defaults to 1%, 5%, 10%, 20%.
+        seed: The seed of the random baseline. Defaults to `0`.
+
+    Returns:
+        `{kind: {k: {"comprehensiveness": ..., "sufficiency": ...}}}` for
+        each kind of `EXPLANATIONS`.
+    """
+    rng = np.random.default_rng(seed)
+    explanations = [explain(model, text) for text in texts]
+    variants = [" ".join(e.tokens) for e in explanations]  # the text as read
+    cases = []  # (kind, k, measure, index of the review)
+    for index, e in enumerate(explanations):
+        for kind in EXPLANATIONS:
+            scores = token_scores(e, kind, rng)
+            for k in fractions:
+                for measure, keep in (("comprehensiveness", False),
+                                      ("sufficiency", True)):  # fmt: skip
+                    variants.append(erase(e.tokens, scores, k, keep=keep))
+                    cases.append((kind, k, measure, index))
+    probabilities = imdb_model.predict(model, variants)
+    original = probabilities[: len(texts)]
+    positive = original > 0.5
+
+    def of_predicted(p, index):
+        return p if positive[index] else 1.0 - p
+
+    sums: dict = {}
+    for (kind, k, measure, index), p in zip(
+        cases, probabilities[len(texts) :], strict=True
+    ):
+        drop = of_predicted(original[index], index) - of_predicted(p, index)
+        sums.setdefault(kind, {}).setdefault(k, {}).setdefault(measure, []).append(drop)
+    return {
+        kind: {
+            k: {m: float(np.mean(v)) for m, v in measures.items()}
+            for k, measures in by_k.items()
+        }
+        for kind, by_k in sums.items()
+    }

@@ -29,6 +29,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from keras_selfattn.imdb import data
 from keras_selfattn.layers.encoder import TransformerEncoder
 from keras_selfattn.layers.pooling import AttentionPooling
 from keras_selfattn.layers.position import TokenAndPositionEmbedding
@@ -37,10 +38,14 @@ from keras_selfattn.text import BigramEmbedding, ClipSequence, standardize
 __all__ = [
     "ATTENTIONS",
     "DEFAULTS",
+    "ModelFileError",
     "ReviewBatches",
     "build_model",
     "compile_model",
     "evaluate",
+    "load",
+    "logits",
+    "predict",
 ]
 
 # The names of the model's layers, in the order data flows through them.
@@ -77,6 +82,8 @@ DEFAULTS = {
     "learning_rate": 1e-3,
     "weight_decay": 0.01,
     "seed": 1337,
+    "crop_rate": 0.3,
+    "pooling_heads": 1,
     "attention": "keras_selfattn",
 }
 
@@ -95,6 +102,7 @@ def build_model(
     dropout: float = DEFAULTS["dropout"],
     seed: int = DEFAULTS["seed"],
     attention: str = DEFAULTS["attention"],
+    pooling_heads: int = DEFAULTS["pooling_heads"],
 ) -> keras.Model:
     """Builds the sentiment model; its vocabulary comes from `train_texts`.
 
@@ -119,6 +127,9 @@ def build_model(
             Defaults to `0.3`.
         seed: Seed of the weight initialisation and the dropouts.
             Defaults to `1337`.
+        pooling_heads: Heads of the attention pooling (each pools its
+            slice of the features with a query of its own). Defaults to
+            `1`.
         attention: The attention layer of the encoder blocks:
             `"keras_selfattn"` (this package's `MultiHeadAttention` and
             kernel) or `"keras"` (`keras.layers.MultiHeadAttention`: the
@@ -176,7 +187,7 @@ def build_model(
         )(x)
     # scale=1: with Adam the query then moves the logits 8x faster than with
     # 1/sqrt(64), so the pooling learns to prefer tokens within two epochs.
-    x = AttentionPooling(scale=1.0, name=POOLING)(x)
+    x = AttentionPooling(num_heads=pooling_heads, scale=1.0, name=POOLING)(x)
     x = keras.layers.Dropout(dropout, seed=seed + 1, name=POOLING_DROPOUT)(x)
     probability = keras.layers.Dense(
         1, activation="sigmoid", dtype="float32", name=CLASSIFIER
@@ -233,9 +244,9 @@ class ReviewBatches(keras.utils.PyDataset):
     shuffling (evaluation), the reviews are batched in order of length;
     `batch_indices()` tells which reviews each batch holds.
 
-    The order of epoch `e` depends on `(seed, e)` only: `on_epoch_end` moves
-    to the next epoch and `set_epoch(e)` to any, so a run resumed at epoch
-    `e` sees the batches an uninterrupted run sees.
+    The crops and the order of epoch `e` depend on `(seed, e)` only:
+    `on_epoch_end` moves to the next epoch and `set_epoch(e)` to any, so a
+    run resumed at epoch `e` sees the batches an uninterrupted run sees.
 
     Args:
         texts: Review strings.
@@ -243,7 +254,10 @@ class ReviewBatches(keras.utils.PyDataset):
         batch_size: Reviews per batch.
         shuffle: Whether to shuffle (training) or keep the order.
             Defaults to `True`.
-        seed: Seed of the shuffling. Defaults to `0`.
+        seed: Seed of the shuffling and the crops. Defaults to `0`.
+        crop_rate: The fraction of reviews replaced, each epoch, by a random
+            crop of one to three of their sentences (`data.crop`), so that
+            the model also learns to read short texts. Defaults to `0.0`.
     """
 
     def __init__(
@@ -254,23 +268,35 @@ class ReviewBatches(keras.utils.PyDataset):
         *,
         shuffle: bool = True,
         seed: int = 0,
+        crop_rate: float = 0.0,
     ):
         super().__init__()
-        self.texts = np.asarray(list(texts), dtype=object)
+        self.reviews = np.asarray(list(texts), dtype=object)
+        self.texts = self.reviews
         self.labels = np.asarray(labels, dtype="float32")
         self.batch_size = batch_size
         self.shuffle = shuffle
-        self.lengths = np.array([len(t.split()) for t in self.texts])
+        self.crop_rate = crop_rate
         self.seed = seed
         self.epoch = 0
         self._batches = self._make_batches()
 
     def _make_batches(self) -> list[np.ndarray]:
+        rng = np.random.default_rng((self.seed, self.epoch))
+        if self.crop_rate:
+            cropped = rng.random(len(self.reviews)) < self.crop_rate
+            self.texts = np.array(
+                [
+                    data.crop(text, rng) if chosen else text
+                    for text, chosen in zip(self.reviews, cropped, strict=True)
+                ],
+                dtype=object,
+            )
+        self.lengths = np.array([len(t.split()) for t in self.texts])
         n, size = len(self.texts), self.batch_size
         if not self.shuffle:
             order = np.argsort(self.lengths, kind="stable")
             return [order[i : i + size] for i in range(0, n, size)]
-        rng = np.random.default_rng((self.seed, self.epoch))
         order = rng.permutation(n)
         pool = size * 50
         batches = []
@@ -303,6 +329,58 @@ class ReviewBatches(keras.utils.PyDataset):
         self.set_epoch(self.epoch + 1)
 
 
+def _in_order(model: keras.Model, texts: Sequence[str], batch_size: int):
+    """`model.predict` on `texts` batched by length, back in their order."""
+    batches = ReviewBatches(texts, np.zeros(len(texts)), batch_size, shuffle=False)
+    outputs = model.predict(batches, verbose=0)
+    ordered = np.empty_like(outputs)
+    ordered[np.concatenate(batches.batch_indices())] = outputs
+    return ordered
+
+
+def predict(
+    model: keras.Model, texts: Sequence[str], batch_size: int = 128
+) -> np.ndarray:
+    """Positive-class probabilities of `texts`, in their order.
+
+    The reviews are batched by length (so a batch is padded only to its own
+    longest review) and the results put back in the order given.
+
+    Args:
+        model: A model from `build_model` (or loaded from its file).
+        texts: Review strings.
+        batch_size: Reviews per prediction batch. Defaults to `128`.
+
+    Returns:
+        A float array `(len(texts),)`.
+    """
+    return _in_order(model, texts, batch_size)[:, 0]
+
+
+def logits(
+    model: keras.Model, texts: Sequence[str], batch_size: int = 128
+) -> np.ndarray:
+    """The classifier's logits (before its sigmoid) for `texts`, in float64.
+
+    Computed from the pooled vectors, so that they stay exact where the
+    probability rounds to 0 or 1 in float32.
+
+    Args:
+        model: A model from `build_model` (or loaded from its file).
+        texts: Review strings.
+        batch_size: Reviews per prediction batch. Defaults to `128`.
+
+    Returns:
+        A float64 array `(len(texts),)`.
+    """
+    classifier = model.get_layer(CLASSIFIER)
+    pooled_model = keras.Model(model.inputs, classifier.input)
+    pooled = _in_order(pooled_model, texts, batch_size).astype("float64")
+    kernel = keras.ops.convert_to_numpy(classifier.kernel).astype("float64")
+    bias = keras.ops.convert_to_numpy(classifier.bias).astype("float64")
+    return (pooled @ kernel + bias)[:, 0]
+
+
 def evaluate(
     model: keras.Model,
     texts: Sequence[str],
@@ -321,10 +399,8 @@ def evaluate(
         The fraction of reviews whose predicted probability is on the side
         of 0.5 that their label is on.
     """
-    batches = ReviewBatches(texts, labels, batch_size, shuffle=False)
-    probabilities = model.predict(batches, verbose=0)[:, 0]
-    labels = np.asarray(labels)[np.concatenate(batches.batch_indices())]
-    return float(np.mean((probabilities > 0.5).astype("int32") == labels))
+    probabilities = predict(model, texts, batch_size)
+    return float(np.mean((probabilities > 0.5) == (np.asarray(labels) == 1)))
 
 
 class ModelFileError(Exception):

@@ -45,7 +45,7 @@ from keras_selfattn._validation import (
     check_rate,
     invalid,
 )
-from keras_selfattn.imdb import data, distribute
+from keras_selfattn.imdb import calibration, data, distribute
 from keras_selfattn.imdb import model as imdb_model
 from keras_selfattn.imdb.model import DEFAULTS
 
@@ -97,6 +97,13 @@ class TrainConfig:
         devices: The devices for `distribute="mirrored"`, such as
             `("/gpu:0", "/gpu:1")`, or `None` for all local GPUs.
             Defaults to `None`.
+        crop_rate: The fraction of training reviews replaced, each epoch, by
+            a random crop of one to three of their sentences, so that the
+            model also reads one-line reviews. Defaults to `0.3`.
+        pooling_heads: Heads of the attention pooling. Defaults to `1`.
+        calibrate: Whether to fit a temperature on the validation reviews
+            (and crops of them) after training and fold it into the
+            classifier (`calibration.calibrate`). Defaults to `True`.
         attention: `"keras_selfattn"` (this package's attention) or
             `"keras"` (the same model on `keras.layers.MultiHeadAttention`,
             for comparison). Defaults to `"keras_selfattn"`.
@@ -127,6 +134,9 @@ class TrainConfig:
     tensorboard: str | os.PathLike | None = None
     distribute: str = "none"
     devices: Sequence[str] | None = None
+    crop_rate: float = DEFAULTS["crop_rate"]
+    pooling_heads: int = DEFAULTS["pooling_heads"]
+    calibrate: bool = True
     attention: str = DEFAULTS["attention"]
     verbose: str | int = "auto"
 
@@ -144,11 +154,14 @@ class TrainConfig:
             "num_heads",
             "num_layers",
             "intermediate_dim",
+            "pooling_heads",
         ):
             check_positive_int(name, getattr(self, name))
         check_int_in_range("head_len", self.head_len, 0, self.max_len, True)
         check_int_in_range("bigram_vocab_size", self.bigram_vocab_size, 0)
         check_rate("dropout", self.dropout)
+        check_rate("crop_rate", self.crop_rate)
+        check_one_of("calibrate", self.calibrate, (False, True))
         check_positive_float("learning_rate", self.learning_rate)
         check_positive_int("limit", self.limit, allow_none=True)
         check_int_in_range("seed", self.seed, 0)
@@ -224,6 +237,24 @@ def describe_device() -> tuple[str, bool]:
         f"CPU {cpu_name()} ({os.cpu_count()} cores, TensorFlow {tf.__version__})",
         False,
     )
+
+
+def _calibrate(model, texts, labels, config: TrainConfig) -> float:
+    """Fits the temperature on the validation reviews, and on crops of them
+    when training crops (so it holds for short texts too); logs it."""
+    texts, labels = list(texts), list(labels)
+    if config.crop_rate:
+        rng = np.random.default_rng(config.seed)
+        texts += [data.crop(text, rng) for text in texts]
+        labels += labels
+    temperature = calibration.calibrate(model, texts, labels)
+    _log(f"calibration: temperature {temperature:.3f}, fitted on {len(texts)} "
+         "validation texts")  # fmt: skip
+    return temperature
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * z))  # no overflow for any z
 
 
 def _log(line: str) -> None:
@@ -318,7 +349,11 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
         _log(f"resuming after epoch {done} from {checkpoint.folder}")
 
     train_batches = imdb_model.ReviewBatches(
-        texts[:n_train], labels[:n_train], global_batch, seed=config.seed
+        texts[:n_train],
+        labels[:n_train],
+        global_batch,
+        seed=config.seed,
+        crop_rate=config.crop_rate,
     )
     val_batches = None
     if n_val:
@@ -352,6 +387,9 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
             callbacks=callbacks,
             verbose=config.verbose,
         )
+    temperature = 1.0
+    if config.calibrate and n_val:
+        temperature = _calibrate(model, texts[n_train:], labels[n_train:], config)
     written = distribute.write_path(out, strategy)
     model.save(written)
     distribute.discard(written, strategy)
@@ -361,7 +399,17 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
         _log(f"saved {out}; trained in {seconds:.0f} s")
 
     if strategy is None:
-        accuracy = imdb_model.evaluate(model, dataset.test_texts, dataset.test_labels)
+        test_logits = imdb_model.logits(model, dataset.test_texts)
+        test_labels = np.asarray(dataset.test_labels)
+        accuracy = float(np.mean((test_logits > 0) == (test_labels == 1)))
+        if config.calibrate and n_val:
+            ece = [
+                calibration.expected_calibration_error(
+                    1 / (1 + np.exp(-z)), test_labels
+                )
+                for z in (test_logits * temperature, test_logits)
+            ]
+            _log(f"test ECE (15 bins): {ece[0]:.4f} before, {ece[1]:.4f} after")
     else:
         _log(f"weights fingerprint: {distribute.fingerprint(model):.6f}")
         test_batches = imdb_model.ReviewBatches(

@@ -52,3 +52,32 @@ def clone_initializer(initializer: keras.initializers.Initializer):
     initializer gives each the same start, as in Keras.
     """
     return initializer.__class__.from_config(initializer.get_config())
+
+
+# A layer option's kind, from the ending of its name.
+_KINDS = (
+    ("_initializer", keras.initializers),
+    ("_regularizer", keras.regularizers),
+    ("_constraint", keras.constraints),
+    ("activation", keras.activations),
+)
+
+
+def _kind(name: str):
+    for ending, module in _KINDS:
+        if name.endswith(ending):
+            return module
+    raise ValueError(f"{name!r} is not an initializer, regularizer, constraint "
+                     "or activation option")  # fmt: skip
+
+
+def set_weight_options(layer: keras.layers.Layer, **options) -> None:
+    """Sets each option (`kernel_initializer="ones"`, ...) as an attribute of
+    `layer`, resolved by Keras (`keras.initializers.get`, ...) by its kind."""
+    for name, value in options.items():
+        setattr(layer, name, _kind(name).get(value))
+
+
+def weight_options_config(layer: keras.layers.Layer, *names: str) -> dict:
+    """The serialized options `names` of `layer`, for its `get_config`."""
+    return {name: _kind(name).serialize(getattr(layer, name)) for name in names}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import keras
-from keras import activations, initializers
 
 from keras_selfattn._validation import (
     check_known_last_dim,
@@ -15,6 +14,8 @@ from keras_selfattn._validation import (
 from keras_selfattn.layers._common import (
     check_keras_mask,
     clone_initializer,
+    set_weight_options,
+    weight_options_config,
     zero_padded,
 )
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
@@ -136,11 +137,14 @@ class TransformerEncoder(keras.layers.Layer):
         self.num_heads = num_heads
         self.dropout = dropout
         self.attention_dropout = attention_dropout
-        self.activation = activations.get(activation)
+        set_weight_options(
+            self,
+            activation=activation,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+        )
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
-        self.kernel_initializer = initializers.get(kernel_initializer)
-        self.bias_initializer = initializers.get(bias_initializer)
         self.seed = seed
         self.attention = attention
         self.supports_masking = True
@@ -275,12 +279,12 @@ class TransformerEncoder(keras.layers.Layer):
             "num_heads": self.num_heads,
             "dropout": self.dropout,
             "attention_dropout": self.attention_dropout,
-            "activation": activations.serialize(self.activation),
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "normalize_first": self.normalize_first,
-            "kernel_initializer": initializers.serialize(self.kernel_initializer),
-            "bias_initializer": initializers.serialize(self.bias_initializer),
             "seed": self.seed,
             "attention": self.attention,
+            **weight_options_config(
+                self, "activation", "kernel_initializer", "bias_initializer"
+            ),
         }
         return {**base_config, **config}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import keras
-from keras import activations, constraints, initializers, ops, regularizers
+from keras import ops
 
 from keras_selfattn._validation import (
     check_known_last_dim,
@@ -14,7 +14,11 @@ from keras_selfattn._validation import (
     invalid,
 )
 from keras_selfattn.attention import scaled_dot_product_attention
-from keras_selfattn.layers._common import check_keras_mask
+from keras_selfattn.layers._common import (
+    check_keras_mask,
+    set_weight_options,
+    weight_options_config,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
@@ -117,19 +121,22 @@ class AttentionPooling(keras.layers.Layer):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.key_dim = key_dim
-        self.key_activation = activations.get(key_activation)
+        set_weight_options(
+            self,
+            key_activation=key_activation,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            query_initializer=query_initializer,
+            kernel_regularizer=kernel_regularizer,
+            bias_regularizer=bias_regularizer,
+            query_regularizer=query_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
+        )
         self.use_bias = use_bias
         self.dropout = dropout
         self.scale = scale
         self.seed = seed
-        self.kernel_initializer = initializers.get(kernel_initializer)
-        self.bias_initializer = initializers.get(bias_initializer)
-        self.query_initializer = initializers.get(query_initializer)
-        self.kernel_regularizer = regularizers.get(kernel_regularizer)
-        self.bias_regularizer = regularizers.get(bias_regularizer)
-        self.query_regularizer = regularizers.get(query_regularizer)
-        self.kernel_constraint = constraints.get(kernel_constraint)
-        self.bias_constraint = constraints.get(bias_constraint)
         self.supports_masking = True
         # A seed generator only where there is dropout, as Keras's layers do.
         self.seed_generator = keras.random.SeedGenerator(seed) if dropout else None
@@ -235,18 +242,21 @@ class AttentionPooling(keras.layers.Layer):
         config = {
             "num_heads": self.num_heads,
             "key_dim": self.key_dim,
-            "key_activation": activations.serialize(self.key_activation),
             "use_bias": self.use_bias,
             "dropout": self.dropout,
             "scale": self.scale,
             "seed": self.seed,
-            "kernel_initializer": initializers.serialize(self.kernel_initializer),
-            "bias_initializer": initializers.serialize(self.bias_initializer),
-            "query_initializer": initializers.serialize(self.query_initializer),
-            "kernel_regularizer": regularizers.serialize(self.kernel_regularizer),
-            "bias_regularizer": regularizers.serialize(self.bias_regularizer),
-            "query_regularizer": regularizers.serialize(self.query_regularizer),
-            "kernel_constraint": constraints.serialize(self.kernel_constraint),
-            "bias_constraint": constraints.serialize(self.bias_constraint),
+            **weight_options_config(
+                self,
+                "key_activation",
+                "kernel_initializer",
+                "bias_initializer",
+                "query_initializer",
+                "kernel_regularizer",
+                "bias_regularizer",
+                "query_regularizer",
+                "kernel_constraint",
+                "bias_constraint",
+            ),
         }
         return {**base_config, **config}

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import keras
-from keras import initializers, ops
+from keras import ops
 
 from keras_selfattn._validation import check_positive_int, check_rank
-from keras_selfattn.layers._common import zero_padded
+from keras_selfattn.layers._common import (
+    set_weight_options,
+    weight_options_config,
+    zero_padded,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
@@ -75,8 +79,11 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.sequence_length = sequence_length
         self.embedding_dim = embedding_dim
         self.mask_zero = mask_zero
-        self.embeddings_initializer = initializers.get(embeddings_initializer)
-        self.position_initializer = initializers.get(position_initializer)
+        set_weight_options(
+            self,
+            embeddings_initializer=embeddings_initializer,
+            position_initializer=position_initializer,
+        )
         self.supports_masking = mask_zero
         self.token_embedding = keras.layers.Embedding(
             vocabulary_size,
@@ -131,9 +138,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             "sequence_length": self.sequence_length,
             "embedding_dim": self.embedding_dim,
             "mask_zero": self.mask_zero,
-            "embeddings_initializer": initializers.serialize(
-                self.embeddings_initializer
+            **weight_options_config(
+                self, "embeddings_initializer", "position_initializer"
             ),
-            "position_initializer": initializers.serialize(self.position_initializer),
         }
         return {**base_config, **config}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import keras
-from keras import constraints, initializers, ops, regularizers
+from keras import ops, regularizers
 
 from keras_selfattn._validation import (
     check_known_last_dim,
@@ -17,6 +17,8 @@ from keras_selfattn._validation import (
 from keras_selfattn.attention import scaled_dot_product_attention
 from keras_selfattn.layers._common import (
     check_keras_mask,
+    set_weight_options,
+    weight_options_config,
     zero_padded,
     zero_padded_scores,
 )
@@ -160,12 +162,15 @@ class SelfAttention(keras.layers.Layer):
         self.scale = scale
         self.seed = seed
         self.chunk_size = chunk_size
-        self.kernel_initializer = initializers.get(kernel_initializer)
-        self.bias_initializer = initializers.get(bias_initializer)
-        self.kernel_regularizer = regularizers.get(kernel_regularizer)
-        self.bias_regularizer = regularizers.get(bias_regularizer)
-        self.kernel_constraint = constraints.get(kernel_constraint)
-        self.bias_constraint = constraints.get(bias_constraint)
+        set_weight_options(
+            self,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
+        )
         self.supports_masking = True
         # A seed generator only where there is dropout, as Keras's layers do.
         self.seed_generator = keras.random.SeedGenerator(seed) if dropout else None
@@ -296,12 +301,15 @@ class SelfAttention(keras.layers.Layer):
             "scale": self.scale,
             "seed": self.seed,
             "chunk_size": self.chunk_size,
-            "kernel_initializer": initializers.serialize(self.kernel_initializer),
-            "bias_initializer": initializers.serialize(self.bias_initializer),
-            "kernel_regularizer": regularizers.serialize(self.kernel_regularizer),
-            "bias_regularizer": regularizers.serialize(self.bias_regularizer),
             "activity_regularizer": regularizers.serialize(self.activity_regularizer),
-            "kernel_constraint": constraints.serialize(self.kernel_constraint),
-            "bias_constraint": constraints.serialize(self.bias_constraint),
+            **weight_options_config(
+                self,
+                "kernel_initializer",
+                "bias_initializer",
+                "kernel_regularizer",
+                "bias_regularizer",
+                "kernel_constraint",
+                "bias_constraint",
+            ),
         }
         return {**base_config, **config}

@@ -86,6 +86,21 @@ def test_train_prints_device_progress_and_test_accuracy_last(smoke):
     assert any("val_accuracy" in line for line in lines)
     assert lines[-1].startswith("test accuracy: 0.")
     assert len(lines[-1]) == len("test accuracy: 0.0000")
+    # The temperature is fitted after training and the test ECE reported.
+    assert any(line.startswith("calibration: temperature ") for line in lines)
+    assert lines[-2].startswith("test ECE (15 bins): ")
+
+
+def test_evaluate_draws_the_reliability_diagram(trained, tmp_path, capsys):
+    folder = write_acl(tmp_path / "acl", n_train=8, n_test=40)
+    png = tmp_path / "reliability.png"
+    args = ["evaluate", str(trained), "--data", str(folder)]
+    assert cli.main([*args, "--calibration-plot", str(png)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("expected calibration error (15 bins): 0.")
+    assert out[-1].startswith("test accuracy: ")
+    assert png_size(png)[0] > 300
+    assert cli.main([*args, "--calibration-plot", str(tmp_path / "r.jpg")]) == 2
 
 
 def test_explain_weights_match_the_model(trained):

@@ -124,3 +124,32 @@ def test_keras_loader_offline_points_to_bundled(tmp_path, monkeypatch):
 def test_unknown_source():
     with pytest.raises(data.DataError, match="unknown data source 'nope'"):
         data.load("nope")
+
+
+def test_crop_takes_one_to_three_sentences_at_most_50_words():
+    text = "First one here. Second is longer! Third? Fourth and last."
+    rng = np.random.default_rng(0)
+    crops = {data.crop(text, rng) for _ in range(200)}
+    sentences = data.sentences(text)
+    assert sentences == ["First one here.", "Second is longer!", "Third?",
+                         "Fourth and last."]  # fmt: skip
+    for crop in crops:
+        start = sentences.index(next(s for s in sentences if crop.startswith(s)))
+        assert any(crop == " ".join(sentences[start : start + n]) for n in (1, 2, 3))
+    assert len(crops) > 5
+    long = " ".join(f"w{i}" for i in range(300))  # one sentence, 300 words
+    assert len(data.crop(long, rng).split()) == 50
+    a, b = np.random.default_rng(7), np.random.default_rng(7)
+    assert data.crop(text, a) == data.crop(text, b)  # seeded
+
+
+def test_last_sentence_has_at_least_five_words():
+    text = "Loved the start. The middle drags on far too long. Great ending!"
+    assert data.last_sentence(text) == "The middle drags on far too long."
+    assert data.last_sentence("Too short.") == "Too short."
+
+
+def test_rotten_tomatoes_snippets_are_the_other_rows():
+    texts, labels = data.load_rotten_tomatoes()
+    assert len(texts) == 8530 and int(labels.sum()) == 4265
+    assert max(len(t.split()) for t in texts) < 100

@@ -55,3 +55,47 @@ def test_summary_lists_the_top_tokens_and_both_sides():
     assert lines[2].split()[1] == "w4"
     assert lines[3].startswith("pushing towards positive: w5 (+1.000), w4")
     assert lines[4].startswith("pushing towards negative: w0 (-1.000), w1")
+
+
+def test_colours_are_anchored_at_uniform_attention():
+    n = 8
+    uniform = np.full(n, 1 / n)
+    np.testing.assert_array_equal(explain.token_shades(uniform), 0.0)  # all white
+    weights = np.array([4, 2.5, 1, 0.5, 0, 0, 0, 0]) / n
+    weights[-1] = 1 - weights[:-1].sum()
+    shades = explain.token_shades(weights)
+    np.testing.assert_allclose(shades[:4], [1.0, 0.5, 0.0, 0.0])
+    # Near-uniform weights (1.38x uniform at most, as on a one-line review)
+    # stay pale: the scale does not stretch to the range of the review.
+    near = np.linspace(0.0125, 0.0227, 61)
+    near /= near.sum()
+    assert explain.token_shades(near).max() < 0.15
+
+
+def test_erase_deletes_or_keeps_the_top_tokens():
+    tokens = ["a", "b", "c", "d", "e"]
+    scores = np.array([0.1, 0.9, 0.3, 0.8, 0.0])
+    assert explain.erase(tokens, scores, 0.4) == "a c e"
+    assert explain.erase(tokens, scores, 0.4, keep=True) == "b d"
+    assert explain.erase(tokens, scores, 0.01) == "a c d e"  # at least one
+
+
+def test_token_scores_point_towards_the_predicted_class():
+    e = _explanation()
+    np.testing.assert_allclose(explain.token_scores(e, "shares"), e.contributions)
+    e.probability = 0.2
+    np.testing.assert_allclose(explain.token_scores(e, "shares"), -e.contributions)
+    with pytest.raises(ValueError, match="`kind`"):
+        explain.token_scores(e, "gradients")
+
+
+def test_faithfulness_measures_every_explanation_and_fraction():
+    texts = ["a great film , i loved it .", "boring and far too long ."] * 3
+    model = build_model(texts, vocab_size=30, max_len=12, embed_dim=4, num_heads=1)
+    result = explain.faithfulness(model, texts, fractions=(0.1, 0.5), seed=0)
+    assert set(result) == {"weights", "shares", "random"}
+    for by_k in result.values():
+        assert set(by_k) == {0.1, 0.5}
+        for measures in by_k.values():
+            assert set(measures) == {"comprehensiveness", "sufficiency"}
+            assert all(-1.0 <= v <= 1.0 for v in measures.values())
