@@ -199,6 +199,7 @@ def _report(output: str) -> dict:
     return json.loads(lines[-1][len("REPORT ") :])
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_model_parallel_matches_one_device(subprocess_env):
     env = _jax_env(subprocess_env, "--xla_force_host_platform_device_count=2")
@@ -230,6 +231,7 @@ def test_model_parallel_matches_one_device(subprocess_env):
     assert encoder["attention_norm/gamma"][1] == [[16]]  # replicated
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_data_parallel_fit_on_two_processes_ends_with_the_same_weights(
     subprocess_env,

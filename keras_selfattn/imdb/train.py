@@ -364,7 +364,10 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
     if config.tensorboard and distribute.is_chief(strategy):
         callbacks.append(keras.callbacks.TensorBoard(str(config.tensorboard)))
     callbacks += extra_callbacks
-    if strategy is None:
+    loop = None if strategy is None else _DistributedLoop(strategy, model, split)
+    if done >= config.epochs:  # stopped after its last checkpoint
+        history = keras.callbacks.History()
+    elif loop is None:
         history = model.fit(
             _review_dataset(train_batches, range(done, config.epochs)),
             steps_per_epoch=steps_per_epoch,
@@ -378,7 +381,6 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
             shuffle=False,  # _review_dataset shuffles, by (seed, epoch)
         )
     else:
-        loop = _DistributedLoop(strategy, model, split)
         history = loop.fit(
             train_batches,
             val_batches,

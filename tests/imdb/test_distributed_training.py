@@ -238,6 +238,7 @@ def test_mirrored_on_two_logical_cpus(tmp_path, data, subprocess_env):
     assert positive > 0.5 > negative, (positive, negative)
 
 
+@pytest.mark.slow
 def test_two_workers_train_one_model(two_workers, subprocess_env):
     folder, (chief, worker) = two_workers
     for run, label in ((chief, "worker:0"), (worker, "worker:1")):
@@ -259,6 +260,7 @@ def test_two_workers_train_one_model(two_workers, subprocess_env):
     _assert_predicts_raw_strings(folder / "m.keras", subprocess_env)
 
 
+@pytest.mark.slow
 def test_killed_worker_stops_the_other_and_both_resume(
     tmp_path, data, two_workers, subprocess_env
 ):
@@ -292,6 +294,7 @@ def test_killed_worker_stops_the_other_and_both_resume(
     assert resumed[0].fingerprint() == two_workers[1][0].fingerprint()
 
 
+@pytest.mark.slow
 def test_single_process_killed_in_epoch_2_resumes_to_the_same_weights(
     tmp_path, data, subprocess_env, capsys
 ):
