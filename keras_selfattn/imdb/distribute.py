@@ -18,8 +18,8 @@ filesystem (or copied to the same path on each).
 
 A worker that dies (killed, or its machine lost) stops the others: a
 collective operation that waits for it fails, at the latest after
-`COLLECTIVE_TIMEOUT` seconds, and they stop with a `WorkerLostError` error that
-says how to resume.
+`COLLECTIVE_TIMEOUT` seconds, and they stop with a `WorkerLostError` that says
+how to resume.
 """
 
 from __future__ import annotations
@@ -252,7 +252,8 @@ class EpochCheckpoint(keras.callbacks.Callback):
 
     Args:
         folder: The chief's checkpoint folder.
-        model: A compiled model; `restore` builds its optimizer.
+        model: A compiled model; its optimizer is built here if it is not
+            yet, so that its variables exist to be restored.
         strategy: The `tf.distribute.Strategy` training runs under, or
             `None`. Defaults to `None`.
     """
@@ -264,7 +265,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
         self.folder = Path(folder)
         self.strategy = strategy
         optimizer = model.optimizer
-        if not optimizer.built:  # its variables must exist to be restored
+        if not optimizer.built:
             scope = contextlib.nullcontext() if strategy is None else strategy.scope()
             with scope:
                 optimizer.build(model.trainable_variables)
@@ -314,7 +315,8 @@ class EpochCheckpoint(keras.callbacks.Callback):
         self.save(epoch + 1)
 
     def remove(self) -> None:
-        """Deletes the chief's checkpoints (call on the chief, when done)."""
+        """Deletes the chief's checkpoints when training is done; on the
+        other workers it does nothing."""
         if is_chief(self.strategy):
             shutil.rmtree(self.folder, ignore_errors=True)
 

@@ -522,7 +522,6 @@ class _DistributedLoop:
     def __init__(self, strategy, model: keras.Model, split: distribute.Split):
         self.strategy, self.model, self.split = strategy, model, split
         self._evaluate_step = self._step(self._evaluate_replica)
-        self._train_step = None
         self._evaluation_data = {}
 
     def _step(self, replica_fn):
@@ -627,8 +626,7 @@ class _DistributedLoop:
         """
         global_batch = train_batches.batch_size
         steps = len(train_batches.texts) // global_batch  # full batches only
-        if self._train_step is None:
-            self._train_step = self._step(self._train_replica(global_batch))
+        train_step = self._step(self._train_replica(global_batch))
         history = keras.callbacks.History()
         chief = distribute.is_chief(self.strategy)
         callback_list = keras.callbacks.CallbackList(
@@ -651,7 +649,7 @@ class _DistributedLoop:
             totals = np.zeros(3)
             for step in range(steps):
                 callback_list.on_train_batch_begin(step)
-                totals += [float(x) for x in self._train_step(iterator)]
+                totals += [float(x) for x in train_step(iterator)]
                 callback_list.on_train_batch_end(step, self._logs(totals))
             logs = self._logs(totals)
             if val_batches is not None:
