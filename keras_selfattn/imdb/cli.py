@@ -1,16 +1,17 @@
-"""`keras-selfattn`: train, evaluate, predict, explain and export the IMDB model.
+"""`keras-selfattn`: train, evaluate, predict, explain, export and serve the IMDB model.
 
     keras-selfattn train [--data bundled|keras|DIR] [--epochs N] ... [--out imdb.keras]
     keras-selfattn evaluate MODEL [--data ...]
     keras-selfattn predict MODEL TEXT... | -
     keras-selfattn explain MODEL TEXT --out PNG [--heads]
     keras-selfattn export MODEL DIR
+    keras-selfattn serve MODEL [--host 127.0.0.1] [--port 8000]
 
 Arguments and dispatch only: `train.train`, `model.evaluate`, `explain`,
-and `export` do the work. Options are checked by
+`export` and `serve` do the work. Options are checked by
 `keras_selfattn._validation`, as in `TrainConfig`. Errors that users can fix
 (a bad option, a missing or corrupt model file, an empty text, an unknown data
-source, the keras loader offline) print one line and exit with
+source, the keras loader offline, a port in use) print one line and exit with
 code 2, never a traceback (KERAS_SELFATTN_DEBUG=1 shows tracebacks).
 """
 
@@ -169,6 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     export = commands.add_parser("export", help="TensorFlow SavedModel (TF Serving)")
     export.add_argument("model")
     export.add_argument("dir", help="a new folder; for TF Serving models/NAME/1")
+    serve = commands.add_parser("serve", help="HTTP API and web page")
+    serve.add_argument("model")
+    serve.add_argument("--host", default="127.0.0.1", help="0.0.0.0: all networks")
+    port = functools.partial(v.check_int_in_range, low=0, high=65535)
+    serve.add_argument("--port", type=_checked("port", port), default=8000)
     return parser
 
 
@@ -268,8 +274,20 @@ def _export(args: argparse.Namespace) -> None:
         raise CliError(str(error)) from None
 
 
+def _serve(args: argparse.Namespace) -> None:
+    try:
+        from keras_selfattn.imdb import serve
+    except ModuleNotFoundError as error:
+        extra = "pip install 'keras-selfattn[serve]'"
+        raise CliError(f"serve needs {error.name}: {extra}") from None
+    try:
+        serve.serve(args.model, args.host, args.port)
+    except serve.ServeError as error:
+        raise CliError(str(error)) from None
+
+
 COMMANDS = {"evaluate": _evaluate, "predict": _predict, "explain": _explain,
-            "export": _export}  # fmt: skip
+            "export": _export, "serve": _serve}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -> int:
