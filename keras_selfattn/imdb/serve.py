@@ -15,10 +15,12 @@ uvicorn (`pip install "keras-selfattn[serve]"`):
 
 TensorFlow runs in one worker thread, so requests never block the event
 loop. Predictions that arrive while the model is busy wait in a queue and go
-to the model together, as one batch (at most `MAX_BATCH` texts); explanations
-take their turn in the same thread. Bad input gets a 4xx answer whose JSON
-body is `{"detail": "<one line>"}`, and the server carries on. A body is cut
-off at `MAX_BODY` bytes as it is read, whatever its `Content-Length` says.
+to the model together, as one batch (at most `MAX_BATCH` texts), sorted by
+length and cut into calls of `CALL_SIZE` texts (each call pads to its own
+longest text); explanations take their turn in the same thread. Bad input
+gets a 4xx answer whose JSON body is `{"detail": "<one line>"}`, and the
+server carries on. A body is cut off at `MAX_BODY` bytes as it is read,
+whatever its `Content-Length` says.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from keras_selfattn.imdb.explain import explain
 from keras_selfattn.imdb.export import label_of, serving_model
 
 __all__ = [
+    "CALL_SIZE",
     "MAX_BATCH",
     "MAX_BODY",
     "MAX_CHARS",
@@ -65,7 +68,8 @@ __all__ = [
 MAX_TEXTS = 64  # texts per /v1/predict request
 MAX_CHARS = 20_000  # characters per text
 MAX_BODY = 1_000_000  # bytes per request body
-MAX_BATCH = 256  # texts per model call, when waiting requests are batched
+MAX_BATCH = 256  # texts per batch, when waiting requests are batched
+CALL_SIZE = 32  # texts per model call: a batch is cut by length into such calls
 PAGE = ("static", "index.html")
 NO_TOKENS = "no words the model reads (only symbols it drops)"
 
@@ -117,10 +121,13 @@ class Predictor:
         readable = np.flatnonzero(self.readable(texts))
         probabilities = np.full(len(texts), np.nan, dtype="float32")
         labels = [""] * len(texts)
-        if len(readable):
-            out = self._serve(tf.constant([texts[i] for i in readable]))
-            probabilities[readable] = out["probability"].numpy()
-            for i, label in zip(readable, out["label"].numpy(), strict=True):
+        # Texts of similar length go together: each call pads to its longest.
+        readable = sorted(readable, key=lambda i: len(texts[i]))
+        for start in range(0, len(readable), CALL_SIZE):
+            chunk = readable[start : start + CALL_SIZE]
+            out = self._serve(tf.constant([texts[i] for i in chunk]))
+            probabilities[chunk] = out["probability"].numpy()
+            for i, label in zip(chunk, out["label"].numpy(), strict=True):
                 labels[i] = label.decode()
         return probabilities, labels
 
