@@ -34,6 +34,17 @@ def train_tiny(folder: Path) -> Path:
     return out
 
 
+def run_python(args: list[str], env: dict, timeout: float = 300):
+    """`python ARGS` in a fresh process; the `CompletedProcess`, output as text."""
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
 def free_port() -> int:
     """A TCP port that nothing listens on at 127.0.0.1 (at the time asked)."""
     with socket.socket() as sock:

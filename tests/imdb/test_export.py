@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,7 +10,7 @@ import pytest
 from keras_selfattn.imdb import cli
 from keras_selfattn.imdb.export import label_of
 from keras_selfattn.imdb.model import load
-from tests.imdb.serving import NEGATIVE, POSITIVE
+from tests.imdb.serving import NEGATIVE, POSITIVE, run_python
 
 pytestmark = pytest.mark.tensorflow_only
 
@@ -64,13 +62,8 @@ def test_saved_model_in_a_fresh_process_matches_the_keras_model(
 ):
     expected = load(tiny_model).predict(np.array(TEXTS, dtype=object), verbose=0)
     expected = expected[:, 0]
-    result = subprocess.run(
-        [sys.executable, "-c", FRESH, str(exported), json.dumps(TEXTS)],
-        capture_output=True,
-        text=True,
-        env=subprocess_env,
-        timeout=300,
-    )
+    args = ["-c", FRESH, str(exported), json.dumps(TEXTS)]
+    result = run_python(args, subprocess_env)
     assert result.returncode == 0, result.stderr[-3000:]
     got = json.loads(result.stdout.strip().splitlines()[-1])
     assert got["inputs"] == {"texts": ["string", [None]]}

@@ -6,8 +6,6 @@ import asyncio
 import configparser
 import fnmatch
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx2
@@ -25,6 +23,7 @@ from tests.imdb.serving import (
     POSITIVE,
     free_port,
     port_is_free,
+    run_python,
     running_server,
 )
 
@@ -278,21 +277,8 @@ def test_serve_without_a_model_exits_2_before_binding(tmp_path, subprocess_env, 
     if case == "corrupt":
         path.write_bytes(b"PK\x03\x04 this is not a model")
     port = free_port()
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "keras_selfattn",
-            "serve",
-            str(path),
-            "--port",
-            str(port),
-        ],
-        capture_output=True,
-        text=True,
-        env=subprocess_env,
-        timeout=120,
-    )
+    args = ["-m", "keras_selfattn", "serve", str(path), "--port", str(port)]
+    result = run_python(args, subprocess_env, timeout=120)
     assert result.returncode == 2
     err = result.stderr.strip().splitlines()
     message = "model file not found" if case == "missing" else "cannot load model"
