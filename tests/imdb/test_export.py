@@ -30,7 +30,7 @@ sys.modules["keras_selfattn"] = None  # `import keras_selfattn` now fails
 import keras, tensorflow as tf
 directory, texts = sys.argv[1], json.loads(sys.argv[2])
 signature = tf.saved_model.load(directory).signatures["serving_default"]
-out = signature(texts=tf.constant(texts))
+out = signature(tf.constant(texts))  # as the issue calls it
 layer = keras.layers.TFSMLayer(directory, call_endpoint="serving_default")
 via_layer = layer(tf.constant(texts))
 print(json.dumps({
