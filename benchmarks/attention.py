@@ -18,7 +18,12 @@ What it measures, per sequence length n:
 - the peak RSS of a training step, each layer and n in a fresh process,
   beside that process's after-import RSS (the baseline);
 - the longest sequence each layer can train at batch 1 within 16 GB, by
-  doubling from 1024.
+  doubling from 1024 (`--search-start`, `--search-factor`).
+
+Shapes: `--heads` (key_dim = dim / heads), `--mask padded` (each sequence of
+a random length from n/4 to n, as Keras masks), `--image` (inputs of
+(batch, n, n, dim): attention over all n² positions of a feature map, the
+default `attention_axes`; `MultiHeadAttention` only).
 
 A configuration predicted not to fit in memory is skipped and reported as
 such; a child process that passes the limit anyway is stopped by a watchdog.
@@ -416,7 +421,7 @@ def run_benchmark(args) -> dict:
                     )  # fmt: skip
                     break
                 longest, peak = n, result["peak_bytes"]
-                n *= 2
+                n = int(n * args.search_factor)
             search[impl] = {"longest": longest, "peak_bytes": peak, "stop": reason}
     results["search"] = search
     if not args.no_timing:
@@ -532,7 +537,7 @@ def markdown(results: dict, args, impls: list[str], lengths: list[int]) -> str:
             "",
             f"Longest {'image side' if args.image else 'sequence'} trainable at "
             f"batch 1 within {args.limit_gb:g} GB ({_shape_words(args)}; "
-            f"doubling from {args.search_start}):",
+            f"from {args.search_start}, times {args.search_factor:g} each step):",
             "",
             "| layer | longest n | peak RSS at that n (GB) | stopped because |",
             "|---|---|---|---|",
@@ -572,6 +577,7 @@ def main(argv=None) -> int:
         "--image", action="store_true", help="n is the side of (n, n) images"
     )
     parser.add_argument("--search-start", type=int, default=1024)
+    parser.add_argument("--search-factor", type=float, default=2.0)
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--child", choices=["matmul", "time", "memory"])
     parser.add_argument("--n", type=int)

@@ -180,6 +180,8 @@ class BigramEmbedding(keras.layers.Layer):
         from keras import ops
 
         check_rank("inputs", inputs.shape, 3, "(batch, seq, embedding_dim)")
+        if inputs.shape[1] == 0:
+            return inputs  # A text with no token: no pair to add.
         length = ops.shape(inputs)[1]
         ids = ops.pad(ops.cast(bigram_ids, "int32"), [[0, 0], [1, 0]])[:, :length]
         ids = ops.pad(ids, [[0, 0], [0, length - ops.shape(ids)[1]]])

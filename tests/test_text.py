@@ -49,3 +49,10 @@ def test_clip_sequence_keeps_head_and_tail_of_long_rows():
     with pytest.raises(ValueError, match="`head`"):
         ClipSequence(5, head=6)
     assert ClipSequence.from_config(ClipSequence(5, head=2).get_config()).head == 2
+
+
+def test_bigram_embedding_of_a_text_with_no_token():
+    layer = BigramEmbedding(10, 3)
+    empty = np.zeros((1, 0, 3), "float32")
+    out = layer(empty, np.zeros((1, 0), "int32"), mask=np.zeros((1, 0), bool))
+    assert tuple(out.shape) == (1, 0, 3)

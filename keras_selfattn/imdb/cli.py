@@ -1,16 +1,18 @@
-"""`keras-selfattn`: train, evaluate, predict and explain the IMDB sentiment model.
+"""`keras-selfattn`: train, evaluate, predict, explain, export and serve the IMDB model.
 
     keras-selfattn train [--data bundled|keras|DIR] [--epochs N] ... [--out imdb.keras]
     keras-selfattn evaluate MODEL [--data ...]
     keras-selfattn predict MODEL TEXT... | -
     keras-selfattn explain MODEL TEXT --out PNG [--heads]
+    keras-selfattn export MODEL DIR
+    keras-selfattn serve MODEL [--host 127.0.0.1] [--port 8000]
 
-Arguments and dispatch only: `train.train`, `model.evaluate` and `explain` do
-the work. Options are checked by `keras_selfattn._validation`, as in
-`TrainConfig`. Errors that users can fix (a bad option, a missing or corrupt
-model file, an empty text, an unknown data source, the keras loader offline)
-print one line and exit with code 2, never a traceback
-(KERAS_SELFATTN_DEBUG=1 shows tracebacks).
+Arguments and dispatch only: `train.train`, `model.evaluate`, `explain`,
+`export` and `serve` do the work. Options are checked by
+`keras_selfattn._validation`, as in `TrainConfig`. Errors that users can fix
+(a bad option, a missing or corrupt model file, an empty text, an unknown data
+source, the keras loader offline, a port in use) print one line and exit with
+code 2, never a traceback (KERAS_SELFATTN_DEBUG=1 shows tracebacks).
 """
 
 from __future__ import annotations
@@ -170,6 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--out", required=True, metavar="PNG")
     explain.add_argument("--heads", action="store_true", help="per-head maps too")
     explain.add_argument("--top", type=_checked("top", positive), default=10)
+
+    export = commands.add_parser("export", help="TensorFlow SavedModel (TF Serving)")
+    export.add_argument("model")
+    export.add_argument("dir", help="a new folder; for TF Serving models/NAME/1")
+    serve = commands.add_parser("serve", help="HTTP API and web page")
+    serve.add_argument("model")
+    serve.add_argument("--host", default="127.0.0.1", help="0.0.0.0: all networks")
+    port = functools.partial(v.check_int_in_range, low=0, high=65535)
+    serve.add_argument("--port", type=_checked("port", port), default=8000)
     return parser
 
 
@@ -273,7 +284,29 @@ def _explain(args: argparse.Namespace) -> None:
     print(result.summary(args.top))
 
 
-COMMANDS = {"evaluate": _evaluate, "predict": _predict, "explain": _explain}
+def _export(args: argparse.Namespace) -> None:
+    from keras_selfattn.imdb.export import ExportError, export
+
+    try:
+        print(f"wrote {export(_load(args.model), args.dir)} (serving_default)")
+    except ExportError as error:
+        raise CliError(str(error)) from None
+
+
+def _serve(args: argparse.Namespace) -> None:
+    try:
+        from keras_selfattn.imdb import serve
+    except ModuleNotFoundError as error:
+        extra = "pip install 'keras-selfattn[serve]'"
+        raise CliError(f"serve needs {error.name}: {extra}") from None
+    try:
+        serve.serve(args.model, args.host, args.port)
+    except serve.ServeError as error:
+        raise CliError(str(error)) from None
+
+
+COMMANDS = {"evaluate": _evaluate, "predict": _predict, "explain": _explain,
+            "export": _export, "serve": _serve}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -> int:

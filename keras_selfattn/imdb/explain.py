@@ -141,7 +141,8 @@ def explain(model, text: str) -> Explanation:
     vectors = np.asarray(x, dtype="float32")[0, :length]  # (T, D)
     kernel = np.asarray(classifier.kernel, dtype="float32")[:, 0]  # (D,)
     heads = head_weights.shape[0]
-    per_head = (vectors * kernel).reshape(length, heads, -1).sum(-1)  # (T, H)
+    per_head = (vectors * kernel).reshape(length, heads, -1 if length else 0)
+    per_head = per_head.sum(-1)  # (T, H)
     contributions = (per_head * head_weights.T).sum(-1)
 
     # The words TextVectorization saw, at the positions the clip kept, so

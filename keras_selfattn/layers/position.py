@@ -115,6 +115,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self._check_length(inputs.shape[1])
         inputs = ops.cast(inputs, "int32")
         tokens = self.token_embedding(inputs)
+        if inputs.shape[1] == 0:
+            # A text with no token. (Keras's TensorFlow `add` would take the
+            # (1, 0, dim) positions for a bias of size dim, and fail.)
+            return tokens
         length = ops.shape(inputs)[1]
         table = ops.convert_to_tensor(self.position_embeddings)
         positions = ops.cast(

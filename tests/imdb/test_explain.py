@@ -99,3 +99,10 @@ def test_faithfulness_measures_every_explanation_and_fraction():
         for measures in by_k.values():
             assert set(measures) == {"comprehensiveness", "sufficiency"}
             assert all(-1.0 <= v <= 1.0 for v in measures.values())
+
+
+def test_a_text_with_no_token_is_explained_as_nothing():
+    model = build_model(["a b c"], vocab_size=10, max_len=6, embed_dim=4, num_heads=1)
+    result = explain.explain(model, "$$$ ###")
+    assert result.tokens == [] and len(result.weights) == 0
+    assert 0.0 < result.probability < 1.0

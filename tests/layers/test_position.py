@@ -61,3 +61,10 @@ def test_too_long_or_wrong_rank_input():
         layer(IDS)
     with pytest.raises(ValueError, match="`inputs`"):
         TokenAndPositionEmbedding(10, 5, 4)(np.zeros((2, 5, 1), "int32"))
+
+
+def test_a_text_with_no_token():
+    layer = TokenAndPositionEmbedding(10, 5, 4)
+    empty = np.zeros((1, 0), "int32")
+    assert tuple(layer(empty).shape) == (1, 0, 4)
+    assert tuple(layer.compute_mask(empty).shape) == (1, 0)

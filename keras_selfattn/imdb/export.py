@@ -1,0 +1,103 @@
+"""A TensorFlow SavedModel of the IMDB model, for TensorFlow Serving.
+
+`export(model, directory)` writes the model through Keras 3's
+`Model.export` (which tracks the `TextVectorization` lookup tables and traces
+the text standardization into TensorFlow ops), wrapped so that its
+`serving_default` signature reads a batch of raw strings and returns, per
+string, the positive-class `probability` and the `label`:
+
+    serving_default(texts: string (batch,))
+      -> {"probability": float32 (batch,), "label": string (batch,)}
+
+The directory loads with `tf.saved_model.load` or
+`keras.layers.TFSMLayer(directory, call_endpoint="serving_default")` in a
+process that has never imported `keras_selfattn`. TensorFlow Serving expects
+it inside a numbered version folder: export to `models/imdb/1` and serve
+`models/imdb`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import keras
+
+__all__ = [
+    "INPUT",
+    "NEGATIVE",
+    "POSITIVE",
+    "ExportError",
+    "export",
+    "label_of",
+    "serving_model",
+]
+
+INPUT = "texts"  # the name of the signature's input
+POSITIVE, NEGATIVE = "positive", "negative"
+
+
+class ExportError(Exception):
+    """An export directory that cannot be written; one line for users."""
+
+
+def label_of(probability: float) -> str:
+    """The label of a positive-class probability: above 0.5 is positive."""
+    return POSITIVE if probability > 0.5 else NEGATIVE
+
+
+class _Label(keras.layers.Layer):
+    """`"positive"` where the probability is above 0.5, else `"negative"`."""
+
+    def call(self, probability):
+        import tensorflow as tf  # string tensors: TensorFlow only
+
+        return tf.where(probability > 0.5, POSITIVE, NEGATIVE)
+
+    def compute_output_spec(self, probability):
+        return keras.KerasTensor(probability.shape, dtype="string")
+
+
+def serving_model(model: keras.Model) -> keras.Model:
+    """Wraps the demo model to return a probability and a label per text.
+
+    Args:
+        model: A model from `keras_selfattn.imdb.model.build_model`, or one
+            loaded from its `.keras` file: raw strings `(batch,)` in,
+            probabilities `(batch, 1)` out.
+
+    Returns:
+        A `keras.Model` sharing `model`'s layers and weights, from raw strings
+        `(batch,)` (input named `"texts"`) to a dict with `"probability"`
+        (float32 `(batch,)`) and `"label"` (string `(batch,)`).
+    """
+    texts = keras.Input(shape=(), dtype="string", name=INPUT)
+    probability = keras.ops.squeeze(model(texts), axis=-1)
+    label = _Label(name="label")(probability)
+    return keras.Model(
+        texts, {"probability": probability, "label": label}, name="imdb_serving"
+    )
+
+
+def export(model: keras.Model, directory: str | Path) -> Path:
+    """Writes `model` as a TensorFlow SavedModel with a raw-text signature.
+
+    Args:
+        model: The demo model (see `serving_model`).
+        directory: The SavedModel directory to create; it must not exist, or
+            be empty. For TensorFlow Serving, a numbered version folder such
+            as `models/imdb/1`.
+
+    Returns:
+        The directory written.
+
+    Raises:
+        ExportError: `directory` is a file or a folder that is not empty.
+    """
+    directory = Path(directory)
+    if directory.is_file() or (directory.is_dir() and any(directory.iterdir())):
+        raise ExportError(
+            f"{directory} already exists and is not an empty folder; "
+            "remove it or export to a new version folder (models/imdb/2)"
+        )
+    serving_model(model).export(str(directory), format="tf_saved_model", verbose=False)
+    return directory

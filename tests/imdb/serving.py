@@ -1,0 +1,102 @@
+"""Helpers of the serving tests: a tiny trained model and a `serve` subprocess."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+
+from tests.helpers import write_acl
+
+# Reviews the tiny model reads (its words are those of `write_acl`).
+POSITIVE = "The film was great, I loved it. Superb!"
+NEGATIVE = "The film was awful and boring, I hated it."
+TINY = dict(
+    epochs=3, batch_size=8, max_len=32, head_len=None, vocab_size=100,
+    bigram_vocab_size=0, embed_dim=16, num_heads=2, intermediate_dim=16,
+    dropout=0.0, learning_rate=1e-2, verbose=0,
+)  # fmt: skip
+
+
+def train_tiny(folder: Path) -> Path:
+    """Trains a tiny demo model in seconds on easy synthetic reviews."""
+    from keras_selfattn.imdb.train import TrainConfig, train
+
+    data = write_acl(folder / "acl", n_train=128, n_test=16)
+    out = folder / "tiny.keras"
+    train(TrainConfig(data=str(data), out=str(out), **TINY))
+    return out
+
+
+def run_python(args: list[str], env: dict, timeout: float = 300):
+    """`python ARGS` in a fresh process; the `CompletedProcess`, output as text."""
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def free_port() -> int:
+    """A TCP port that nothing listens on at 127.0.0.1 (at the time asked)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    """Whether `port` can be bound at 127.0.0.1 now."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def running_server(
+    model: Path, env: dict, log: Path, timeout: float = 180.0
+) -> Iterator[str]:
+    """Runs `keras-selfattn serve model` on a free port of 127.0.0.1.
+
+    Yields the base URL once `/healthz` answers; the server is always
+    stopped (SIGTERM, then SIGKILL) on the way out.
+    """
+    port = free_port()
+    command = [sys.executable, "-m", "keras_selfattn", "serve", str(model)]
+    with open(log, "wb") as output:
+        process = subprocess.Popen(
+            [*command, "--port", str(port)],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"serve exited: {log.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"serve not up in {timeout} s: {log.read_text()}")
+            with contextlib.suppress(httpx2.TransportError):
+                if httpx2.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.3)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=20)

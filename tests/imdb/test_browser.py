@@ -1,0 +1,186 @@
+"""The page of `keras-selfattn serve` in a real browser: Debian's headless Chromium.
+
+Selenium drives `chromium` through `chromedriver` (the Debian packages
+`chromium` and `chromium-driver`; `.ci/run` installs them). Without them the
+test fails, saying so: it is not skipped. The server runs in a subprocess on a
+free port of 127.0.0.1 with the tiny model of `serving.py`.
+
+The screenshots go to pytest's temporary folder, or to the folder named by
+`KERAS_SELFATTN_SCREENSHOTS`; `KERAS_SELFATTN_BROWSER_MODEL` serves another
+model instead of the tiny one. The README's pictures were made with
+
+    KERAS_SELFATTN_SCREENSHOTS=docs KERAS_SELFATTN_BROWSER_MODEL=small.keras \
+        pytest -m browser
+
+where `small.keras` comes from `keras-selfattn train --limit 2000`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import httpx2
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from tests.helpers import png_size
+from tests.imdb.serving import NEGATIVE, POSITIVE, running_server
+
+pytestmark = [pytest.mark.browser, pytest.mark.tensorflow_only]
+
+WAIT_S = 60  # the longest wait for the page to show an answer
+GREEN, PURPLE = (44, 160, 44), (148, 103, 189)  # the page's full colours
+
+
+@pytest.fixture(scope="module")
+def url(tiny_model, subprocess_env, tmp_path_factory):
+    model = os.environ.get("KERAS_SELFATTN_BROWSER_MODEL") or tiny_model
+    log = tmp_path_factory.mktemp("browser") / "serve.log"
+    with running_server(Path(model), subprocess_env, log) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if not (chromium and driver):
+        pytest.fail(
+            "the browser test needs headless Chromium: apt-get install -y "
+            "chromium chromium-driver (.ci/run installs them)"
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # CI runs as root
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        "--window-size=1280,900",
+        "--force-device-scale-factor=1",
+    ):
+        options.add_argument(argument)
+    browser = webdriver.Chrome(options=options, service=Service(driver))
+    browser.set_page_load_timeout(WAIT_S)
+    browser.set_script_timeout(WAIT_S)
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory) -> Path:
+    folder = os.environ.get("KERAS_SELFATTN_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        return Path(folder)
+    return tmp_path_factory.mktemp("screenshots")
+
+
+def _rgb(css: str) -> tuple[int, int, int]:
+    return tuple(int(v) for v in re.findall(r"\d+", css)[:3])
+
+
+def _shown_tokens(browser) -> list[dict]:
+    return browser.execute_script(
+        "return [...document.querySelectorAll('#tokens .token')].map(s => ({"
+        "token: s.textContent, title: s.title,"
+        "background: getComputedStyle(s).backgroundColor}));"
+    )
+
+
+def _wait_for(browser, url: str, text: str) -> dict:
+    """The server's explanation of `text`, once the page shows it."""
+    expected = httpx2.post(f"{url}/v1/explain", json={"text": text}, timeout=30)
+    expected = expected.json()
+    tokens = [t["token"] for t in expected["tokens"]]
+    WebDriverWait(browser, WAIT_S).until(
+        lambda b: [t["token"] for t in _shown_tokens(b)] == tokens,
+        message=f"the page never showed the tokens of {text!r}",
+    )
+    return expected
+
+
+def _shade(share: float, largest: float) -> tuple[int, ...]:
+    """The background the page should give a share: white at 0, full at largest."""
+    strength = min(1.0, abs(share) / largest) if largest > 0 else 0.0
+    colour = GREEN if share >= 0 else PURPLE
+    return tuple(round(255 + (c - 255) * strength) for c in colour)
+
+
+def _check_page_shows(browser, expected: dict) -> None:
+    label = browser.find_element(By.ID, "label")
+    assert label.text == expected["label"]
+    probability = browser.find_element(By.ID, "probability").text
+    assert f"{expected['probability']:.3f}" in probability
+    shown = _shown_tokens(browser)
+    shares = [t["share"] for t in expected["tokens"]]
+    largest = max(abs(s) for s in shares)
+    should = [_shade(share, largest) for share in shares]
+    got = [_rgb(token["background"]) for token in shown]
+    white = (255, 255, 255)
+    assert sum(c != white for c in got) == sum(c != white for c in should) > 0
+    for token, share, want, rgb in zip(shown, shares, should, got, strict=True):
+        assert max(abs(a - b) for a, b in zip(rgb, want, strict=True)) <= 1, token
+        r, g, b = rgb
+        if share > largest / 10:  # visibly green
+            assert g > r and g > b, token
+        elif share < -largest / 10:  # visibly purple
+            assert r > g and b > g, token
+        assert "weight " in token["title"] and "share " in token["title"]
+
+
+def test_typing_reviews_shows_verdict_and_shares(browser, url):
+    browser.set_window_size(1280, 900)
+    browser.get(f"{url}/")
+    # Count the page's requests: typing is debounced.
+    browser.execute_script(
+        "window.requests = 0; const f = window.fetch;"
+        "window.fetch = (...a) => { window.requests++; return f(...a); };"
+    )
+    review = browser.find_element(By.ID, "review")
+    for text, label in ((POSITIVE, "positive"), (NEGATIVE, "negative")):
+        review.clear()
+        review.send_keys(text)
+        expected = _wait_for(browser, url, text)
+        assert expected["label"] == label
+        _check_page_shows(browser, expected)
+    assert browser.execute_script("return window.requests") <= 4  # not 1 per key
+
+    first = browser.find_elements(By.CSS_SELECTOR, "#tokens .token")[0]
+    ActionChains(browser).move_to_element(first).perform()
+    detail = browser.find_element(By.ID, "detail").text
+    assert detail.startswith(f"“{first.text}”: weight ") and "share" in detail
+
+    review.clear()
+    review.send_keys(" ")  # only a space: the verdict clears, no error
+    WebDriverWait(browser, WAIT_S).until(lambda b: not _shown_tokens(b))
+    assert browser.find_element(By.ID, "error").text == ""
+
+
+def test_examples_at_laptop_and_phone_width(browser, url, screenshots):
+    for width, height, example in ((1280, 900, 0), (390, 1100, 1)):
+        browser.set_window_size(width, height)
+        browser.get(f"{url}/")
+        menu = Select(browser.find_element(By.ID, "example"))
+        assert len(menu.options) == 4  # the prompt and three reviews
+        menu.select_by_index(example + 1)
+        text = browser.find_element(By.ID, "review").get_property("value")
+        assert len(text) > 100
+        _check_page_shows(browser, _wait_for(browser, url, text))
+        # Readable: nothing wider than the window.
+        page_width = browser.execute_script(
+            "return document.documentElement.scrollWidth"
+        )
+        assert page_width <= width
+        path = screenshots / f"serve-{width}.png"
+        assert browser.save_screenshot(str(path))
+        assert png_size(path)[0] == width

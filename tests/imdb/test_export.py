@@ -1,0 +1,89 @@
+"""`keras-selfattn export`: a SavedModel that reads raw text without this package."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from keras_selfattn.imdb import cli
+from keras_selfattn.imdb.export import label_of
+from keras_selfattn.imdb.model import load
+from tests.imdb.serving import NEGATIVE, POSITIVE, run_python
+
+pytestmark = pytest.mark.tensorflow_only
+
+TEXTS = [
+    POSITIVE,
+    NEGATIVE,
+    "GREAT!<br /><br />loved it",  # tags, capitals, punctuation: standardized
+    "a review with words the model never saw: zebra quokka",
+    " ".join(["boring"] * 50),  # longer than max_len: clipped
+]
+
+# Run in a fresh process that must not import keras_selfattn: importing it
+# raises, so the SavedModel has to stand on TensorFlow alone.
+FRESH = """
+import json, sys
+sys.modules["keras_selfattn"] = None  # `import keras_selfattn` now fails
+import keras, tensorflow as tf
+directory, texts = sys.argv[1], json.loads(sys.argv[2])
+signature = tf.saved_model.load(directory).signatures["serving_default"]
+out = signature(tf.constant(texts))  # as the issue calls it
+layer = keras.layers.TFSMLayer(directory, call_endpoint="serving_default")
+via_layer = layer(tf.constant(texts))
+print(json.dumps({
+    "inputs": {k: [v.dtype.name, v.shape.as_list()]
+               for k, v in signature.structured_input_signature[1].items()},
+    "probability": out["probability"].numpy().tolist(),
+    "label": [v.decode() for v in out["label"].numpy()],
+    "layer_probability": via_layer["probability"].numpy().tolist(),
+    "layer_label": [v.decode() for v in via_layer["label"].numpy()],
+    "ours": sorted(m for m in sys.modules if m and m.startswith("keras_selfattn.")),
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_model, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("export") / "imdb" / "1"
+    assert cli.main(["export", str(tiny_model), str(directory)]) == 0
+    return directory
+
+
+def test_export_writes_a_saved_model(exported, capsys):
+    assert (exported / "saved_model.pb").is_file()
+    assert (exported / "variables").is_dir()
+
+
+def test_saved_model_in_a_fresh_process_matches_the_keras_model(
+    tiny_model, exported, subprocess_env
+):
+    expected = load(tiny_model).predict(np.array(TEXTS, dtype=object), verbose=0)
+    expected = expected[:, 0]
+    args = ["-c", FRESH, str(exported), json.dumps(TEXTS)]
+    result = run_python(args, subprocess_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert got["inputs"] == {"texts": ["string", [None]]}
+    np.testing.assert_allclose(got["probability"], expected, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got["layer_probability"], expected, rtol=0, atol=1e-6)
+    labels = [label_of(p) for p in expected]
+    assert got["label"] == got["layer_label"] == labels
+    assert labels[:2] == ["positive", "negative"]  # the tiny model learned
+    assert got["ours"] == []
+
+
+def test_export_refuses_a_folder_that_is_not_empty(tiny_model, exported, capsys):
+    assert cli.main(["export", str(tiny_model), str(exported)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "already exists" in err and len(err.splitlines()) == 1
+
+
+def test_export_of_a_missing_model_is_one_line(tmp_path, capsys):
+    args = ["export", str(tmp_path / "none.keras"), str(tmp_path / "out")]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "model file not found" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
