@@ -139,6 +139,20 @@ def trust_report(path: str, faithfulness_reviews: int) -> None:
         )
         accuracy = f"{correct.mean():.4f}" if len(correct) else "—"
         print(f"| {_bucket_name(low, high)} | {len(correct)} | {accuracy} |")
+    sample = [explain.explain(model, t) for t in test_texts[:200]]
+    peaks = [explain.relative_weights(e.weights).max() for e in sample]
+    entropy = [
+        -np.sum(e.weights * np.log(np.maximum(e.weights, 1e-30)))
+        / np.log(len(e.weights))
+        for e in sample
+        if len(e.weights) > 1
+    ]
+    print(
+        "\npooling weights on 200 held-out reviews: the largest is "
+        f"{np.median(peaks):.2f}x uniform (median; 90th percentile "
+        f"{np.percentile(peaks, 90):.2f}x); entropy / log n = "
+        f"{np.median(entropy):.3f} (median; 1 = uniform)"
+    )
     if faithfulness_reviews:
         texts = test_texts[:faithfulness_reviews]
         result = explain.faithfulness(model, list(texts))

@@ -406,9 +406,7 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
         accuracy = float(np.mean((test_logits > 0) == (test_labels == 1)))
         if config.calibrate and n_val:
             ece = [
-                calibration.expected_calibration_error(
-                    1 / (1 + np.exp(-z)), test_labels
-                )
+                calibration.expected_calibration_error(_sigmoid(z), test_labels)
                 for z in (test_logits * temperature, test_logits)
             ]
             _log(f"test ECE (15 bins): {ece[0]:.4f} before, {ece[1]:.4f} after")
