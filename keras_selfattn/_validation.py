@@ -63,6 +63,12 @@ def check_positive_float(argument: str, value: Any, allow_none=False) -> None:
         raise invalid(argument, expected, value)
 
 
+def check_non_negative_float(argument: str, value: Any) -> None:
+    """Zero or a positive, finite number."""
+    if value != 0 or isinstance(value, bool):
+        check_positive_float(argument, value)
+
+
 def check_known_last_dim(argument: str, shape, what: str) -> None:
     """Checks that the last dimension of `shape` is known (not None)."""
     if shape[-1] is None:

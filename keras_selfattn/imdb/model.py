@@ -84,6 +84,7 @@ DEFAULTS = {
     "seed": 1337,
     "crop_rate": 0.3,
     "pooling_heads": 1,
+    "pooling_entropy": 0.0,
     "attention": "keras_selfattn",
 }
 
@@ -103,6 +104,7 @@ def build_model(
     seed: int = DEFAULTS["seed"],
     attention: str = DEFAULTS["attention"],
     pooling_heads: int = DEFAULTS["pooling_heads"],
+    pooling_entropy: float = DEFAULTS["pooling_entropy"],
 ) -> keras.Model:
     """Builds the sentiment model; its vocabulary comes from `train_texts`.
 
@@ -130,6 +132,9 @@ def build_model(
         pooling_heads: Heads of the attention pooling (each pools its
             slice of the features with a query of its own). Defaults to
             `1`.
+        pooling_entropy: The pooling's entropy penalty
+            (`AttentionPooling(entropy_penalty=...)`): above 0, training
+            prefers pooling on fewer tokens. Defaults to `0.0`.
         attention: The attention layer of the encoder blocks:
             `"keras_selfattn"` (this package's `MultiHeadAttention` and
             kernel) or `"keras"` (`keras.layers.MultiHeadAttention`: the
@@ -187,7 +192,12 @@ def build_model(
         )(x)
     # scale=1: with Adam the query then moves the logits 8x faster than with
     # 1/sqrt(64), so the pooling learns to prefer tokens within two epochs.
-    x = AttentionPooling(num_heads=pooling_heads, scale=1.0, name=POOLING)(x)
+    x = AttentionPooling(
+        num_heads=pooling_heads,
+        scale=1.0,
+        entropy_penalty=pooling_entropy,
+        name=POOLING,
+    )(x)
     x = keras.layers.Dropout(dropout, seed=seed + 1, name=POOLING_DROPOUT)(x)
     probability = keras.layers.Dense(
         1, activation="sigmoid", dtype="float32", name=CLASSIFIER

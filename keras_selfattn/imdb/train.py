@@ -39,6 +39,7 @@ import numpy as np
 
 from keras_selfattn._validation import (
     check_int_in_range,
+    check_non_negative_float,
     check_one_of,
     check_positive_float,
     check_positive_int,
@@ -101,6 +102,8 @@ class TrainConfig:
             a random crop of one to three of their sentences, so that the
             model also reads one-line reviews. Defaults to `0.3`.
         pooling_heads: Heads of the attention pooling. Defaults to `1`.
+        pooling_entropy: The pooling's entropy penalty (0: none).
+            Defaults to `0.0`.
         calibrate: Whether to fit a temperature on the validation reviews
             (and crops of them) after training and fold it into the
             classifier (`calibration.calibrate`). Defaults to `True`.
@@ -136,6 +139,7 @@ class TrainConfig:
     devices: Sequence[str] | None = None
     crop_rate: float = DEFAULTS["crop_rate"]
     pooling_heads: int = DEFAULTS["pooling_heads"]
+    pooling_entropy: float = DEFAULTS["pooling_entropy"]
     calibrate: bool = True
     attention: str = DEFAULTS["attention"]
     verbose: str | int = "auto"
@@ -161,6 +165,7 @@ class TrainConfig:
         check_int_in_range("bigram_vocab_size", self.bigram_vocab_size, 0)
         check_rate("dropout", self.dropout)
         check_rate("crop_rate", self.crop_rate)
+        check_non_negative_float("pooling_entropy", self.pooling_entropy)
         check_one_of("calibrate", self.calibrate, (False, True))
         check_positive_float("learning_rate", self.learning_rate)
         check_positive_int("limit", self.limit, allow_none=True)

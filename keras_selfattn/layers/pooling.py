@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_selfattn._validation import (
     check_known_last_dim,
+    check_non_negative_float,
     check_positive_float,
     check_positive_int,
     check_rank,
@@ -56,6 +57,11 @@ class AttentionPooling(keras.layers.Layer):
         scale: Optional positive float multiplying the logits before the
             softmax. Defaults to `None`, meaning `1 / sqrt(key_dim)`.
         seed: Optional integer seed for the dropout. Defaults to `None`.
+        entropy_penalty: Non-negative float. If positive, the layer adds
+            this times the mean entropy (in nats) of its pooling weights to
+            its losses while training, so that the pooling prefers a few
+            positions where the data allows (with 0 it often stays close to
+            a plain average). Defaults to `0.0`.
         kernel_initializer: Initializer for the key projection.
             Defaults to `"glorot_uniform"`.
         bias_initializer: Initializer for its bias. Defaults to `"zeros"`.
@@ -104,6 +110,7 @@ class AttentionPooling(keras.layers.Layer):
         dropout: float = 0.0,
         scale: float | None = None,
         seed: int | None = None,
+        entropy_penalty: float = 0.0,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         query_initializer="zeros",
@@ -117,6 +124,7 @@ class AttentionPooling(keras.layers.Layer):
         check_positive_int("num_heads", num_heads)
         check_positive_int("key_dim", key_dim, allow_none=True)
         check_rate("dropout", dropout)
+        check_non_negative_float("entropy_penalty", entropy_penalty)
         check_positive_float("scale", scale, allow_none=True)
         super().__init__(**kwargs)
         self.num_heads = num_heads
@@ -137,6 +145,7 @@ class AttentionPooling(keras.layers.Layer):
         self.dropout = dropout
         self.scale = scale
         self.seed = seed
+        self.entropy_penalty = entropy_penalty
         self.supports_masking = True
         # A seed generator only where there is dropout, as Keras's layers do.
         self.seed_generator = keras.random.SeedGenerator(seed) if dropout else None
@@ -194,6 +203,8 @@ class AttentionPooling(keras.layers.Layer):
         values = ops.reshape(
             inputs, (*batch_seq, self.num_heads, features // self.num_heads)
         )
+        penalize = bool(training) and self.entropy_penalty > 0
+        with_scores = return_attention_scores or penalize
         query = ops.cast(self.query, keys.dtype)
         query = ops.broadcast_to(
             ops.reshape(query, (1, 1, self.num_heads, key_dim)),
@@ -208,9 +219,14 @@ class AttentionPooling(keras.layers.Layer):
             dropout=self.dropout,
             training=bool(training),
             seed=self.seed_generator,
-            return_scores=return_attention_scores,
+            return_scores=with_scores,
         )
-        output, scores = result if return_attention_scores else (result, None)
+        output, scores = result if with_scores else (result, None)
+        if penalize:
+            weights = ops.cast(scores, "float32")
+            logs = ops.log(ops.maximum(weights, 1e-30))
+            entropy = -ops.sum(ops.multiply(weights, logs), axis=-1)
+            self.add_loss(self.entropy_penalty * ops.mean(entropy))
         output = ops.reshape(output, (batch_seq[0], features))
         if return_attention_scores:
             return output, ops.squeeze(scores, 2)
@@ -246,6 +262,7 @@ class AttentionPooling(keras.layers.Layer):
             "dropout": self.dropout,
             "scale": self.scale,
             "seed": self.seed,
+            "entropy_penalty": self.entropy_penalty,
             **weight_options_config(
                 self,
                 "key_activation",

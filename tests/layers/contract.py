@@ -185,6 +185,7 @@ CASES = [
             "dropout": 0.1,
             "scale": 0.5,
             "seed": 5,
+            "entropy_penalty": 0.1,
             "kernel_initializer": _INITIALIZER,
             "bias_initializer": _INITIALIZER,
             "query_initializer": _INITIALIZER,

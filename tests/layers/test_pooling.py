@@ -102,6 +102,7 @@ def test_mixed_precision_logits_in_the_thousands_stay_finite(policy, rng):
         ({"key_dim": 0}, "key_dim"),
         ({"dropout": 1.0}, "dropout"),
         ({"scale": 0.0}, "scale"),
+        ({"entropy_penalty": -0.1}, "entropy_penalty"),
     ],
 )
 def test_bad_arguments(kwargs, argument):
@@ -116,3 +117,17 @@ def test_bad_inputs():
         AttentionPooling()(np.zeros((2, 8), "float32"))
     with pytest.raises(ValueError, match="`mask`"):
         AttentionPooling()(np.zeros((1, 4, 8), "float32"), mask=np.ones((1, 3), bool))
+
+
+def test_entropy_penalty_is_a_training_loss(rng):
+    # The query starts at zero: uniform weights over the n real positions,
+    # whose entropy is log(n). Sequence 0 has 6 real positions, sequence 1 has 3.
+    x = rng.normal(size=(2, 6, 4)).astype("float32")
+    mask = np.array([[True] * 6, [True] * 3 + [False] * 3])
+    layer = AttentionPooling(entropy_penalty=0.5)
+    layer(x, mask=mask)
+    assert layer.losses == []  # not in inference
+    layer(x, mask=mask, training=True)
+    (loss,) = layer.losses
+    expected = 0.5 * (np.log(6) + np.log(3)) / 2
+    np.testing.assert_allclose(to_numpy(loss), expected, rtol=1e-5)
