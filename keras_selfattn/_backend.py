@@ -3,7 +3,8 @@
 `keras_selfattn.attention` is written with `keras.ops`; where a backend needs
 something of its own, the kernel calls one of these functions:
 
-- `fused_attention`: the backend's fused attention kernel
+- `fused_attention` (and `fused_keeps_float32`): the backend's fused
+  attention kernel
   (`keras.ops.dot_product_attention`, which JAX and PyTorch back with cuDNN,
   flash or memory-efficient kernels; TensorFlow has none).
 - `xla_fused`: XLA fusion of the chunked path's per-block elementwise math
@@ -29,6 +30,27 @@ FUSED_BACKENDS = ("jax", "torch")
 def has_fused_kernel() -> bool:
     """Whether the current backend has a fused attention kernel."""
     return keras.backend.backend() in FUSED_BACKENDS
+
+
+def fused_keeps_float32(query) -> bool:
+    """Whether the fused kernel keeps the logits and softmax of `query`'s
+    attention in float32, as the package promises.
+
+    Always for float32 inputs. For float16 and bfloat16 only on an
+    accelerator, whose fused kernels accumulate in float32: on a CPU,
+    Keras's fallback computes in the input dtype, where a float16 logit
+    overflows past 65504 and its mask bias (-0.7 x 65504) can lose to a
+    large logit.
+    """
+    if keras.backend.standardize_dtype(query.dtype) == "float32":
+        return True
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.default_backend() != "cpu"
+    if keras.backend.backend() == "torch":
+        return query.device.type != "cpu"
+    return False
 
 
 def fused_attention(query, key, value, mask, scale, flash_attention):

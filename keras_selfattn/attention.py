@@ -28,17 +28,24 @@ from keras_selfattn._validation import invalid as _invalid
 __all__ = ["scaled_dot_product_attention"]
 
 # The logit of a key that may not be attended to (or added to it, for a padded
-# key). The softmax runs in float32, so this is a float32 constant whatever the
-# compute dtype; it never meets a float16 tensor, so it cannot overflow there.
+# key). The softmax runs in float32, and this constant only ever meets float32
+# tensors: `_f32` makes it a float32 tensor, whatever `keras.config.floatx()`
+# says (a Python float would follow floatx, and overflow in float16).
 # exp(_MASKED_LOGIT - m) is exactly 0 in float32 for any real logit m, and
 # twice the constant is still finite, so nothing becomes -inf or NaN.
 _MASKED_LOGIT = -0.3 * 3.4028235e38
 
 
+def _f32(value: float):
+    """A float32 scalar tensor (not a floatx one)."""
+    return ops.full((), value, dtype="float32")
+
+
 def _key_bias(key_mask):
     """(B, Tk) padding mask -> (B, 1, 1, Tk) float32: 0 at real keys, the
     masked logit at padded ones (added to the logits: one fused pass)."""
-    return ops.where(key_mask, 0.0, _MASKED_LOGIT)[:, None, None, :]
+    padded = ops.cast(ops.logical_not(key_mask), "float32")
+    return ops.multiply(padded, _f32(_MASKED_LOGIT))[:, None, None, :]
 
 
 def _validate_shapes(query, key, value) -> None:
@@ -187,16 +194,20 @@ def _plain_attention(
         "bqhd,bkhd->bhqk", ops.multiply(query, ops.cast(scale, "float32")), key
     )
     if key_mask is not None:
-        logits = ops.add(logits, _key_bias(key_mask))
+        # The bias first: Keras's TensorFlow `add` takes a second argument that
+        # squeezes to one axis for a bias of the first one's axis 1 or last
+        # axis, which a (B, 1, 1, 1) bias is when B == heads (one key).
+        logits = ops.add(_key_bias(key_mask), logits)
     if mask is not None:
-        logits = ops.where(mask, logits, _MASKED_LOGIT)
+        logits = ops.where(mask, logits, _f32(_MASKED_LOGIT))
     weights = ops.softmax(logits, axis=-1)
     # (B|1, H|1, Tq|1, 1): 1 where a row may attend to some key. A row with
     # none came out of the softmax uniform; it must be zeros.
     has_key = None
     if mask is not None:
         row_max = ops.max(logits, axis=-1, keepdims=True)
-        has_key = ops.cast(ops.greater(row_max, 0.5 * _MASKED_LOGIT), "float32")
+        has_key = ops.greater(row_max, _f32(0.5 * _MASKED_LOGIT))
+        has_key = ops.cast(has_key, "float32")
     elif key_mask is not None:
         has_key = ops.cast(ops.any(key_mask, axis=-1), "float32")[:, None, None, None]
     scores = None
@@ -224,12 +235,12 @@ def masked_softmax(logits, mask=None, axis=-1):
     dtype = logits.dtype
     logits = ops.cast(logits, "float32")
     if mask is not None:
-        logits = ops.where(ops.cast(mask, "bool"), logits, _MASKED_LOGIT)
+        logits = ops.where(ops.cast(mask, "bool"), logits, _f32(_MASKED_LOGIT))
     row_max = ops.max(logits, axis=axis, keepdims=True)
     weights = ops.exp(ops.subtract(logits, row_max))
     weights = ops.divide(weights, ops.sum(weights, axis=axis, keepdims=True))
     if mask is not None:
-        has_key = ops.greater(row_max, 0.5 * _MASKED_LOGIT)
+        has_key = ops.greater(row_max, _f32(0.5 * _MASKED_LOGIT))
         weights = ops.multiply(weights, ops.cast(has_key, "float32"))
     return ops.cast(weights, dtype)
 
@@ -264,9 +275,9 @@ AUTO_CHUNK_SIZE = 256
 def _mask_block(s, bias, keep):
     """The masked logits of one key block (as `_plain_attention` masks)."""
     if bias is not None:
-        s = ops.add(s, bias)
+        s = ops.add(bias, s)  # the bias first: see `_plain_attention`
     if keep is not None:
-        s = ops.where(keep, s, _MASKED_LOGIT)
+        s = ops.where(keep, s, _f32(_MASKED_LOGIT))
     return s
 
 
@@ -349,7 +360,9 @@ def _chunked_attention(
         real = key_mask if key_mask is not None else ops.ones((1, k_len), "bool")
         if padding:
             real = ops.pad(real, ((0, 0), (0, padding)), constant_values=False)
-        bias = ops.where(real, 0.0, _MASKED_LOGIT)
+        bias = ops.multiply(
+            ops.cast(ops.logical_not(real), "float32"), _f32(_MASKED_LOGIT)
+        )
         lead = ops.shape(bias)[0]  # Dynamic where unknown.
         bias = ops.reshape(bias, (lead, num_blocks, 1, 1, size))
         bias_blocks = ops.transpose(bias, (1, 0, 2, 3, 4))
@@ -399,7 +412,7 @@ def _chunked_attention(
 
         column = ops.zeros_like(q[..., :1])
         init = (
-            ops.add(column, _MASKED_LOGIT),
+            ops.add(column, _f32(_MASKED_LOGIT)),
             column,
             ops.multiply(column, ops.zeros((value_dim,), "float32")),
         )
@@ -409,10 +422,10 @@ def _chunked_attention(
         # A row whose maximum is still the mask constant saw no allowed key:
         # zeros out, and a log-sum-exp so large that every recomputed weight
         # of that row is exactly zero in the backward pass.
-        seen = ops.greater(running_max, 0.5 * _MASKED_LOGIT)
+        seen = ops.greater(running_max, _f32(0.5 * _MASKED_LOGIT))
         out = ops.where(seen, ops.divide(acc, running_sum), 0.0)
         lse = ops.where(
-            seen, ops.add(running_max, ops.log(running_sum)), -_MASKED_LOGIT
+            seen, ops.add(running_max, ops.log(running_sum)), _f32(-_MASKED_LOGIT)
         )
         return out, lse
 
@@ -481,6 +494,8 @@ def _can_use_fused(query, value, return_scores, flash_attention) -> bool:
     elif value.shape[-1] != query.shape[-1]:
         # jax.nn.dot_product_attention needs value_dim == dim.
         reason = "a fused kernel needs the value's last dimension to equal the key's"
+    elif flash_attention is None and not _backend.fused_keeps_float32(query):
+        return False  # half precision on a CPU: the plain path's float32
     if reason is None:
         return True
     if flash_attention:
@@ -497,6 +512,8 @@ def _chunk_size_for(chunk_size, q_len, k_len, return_scores, fused):
     """The key block size of the chunked path, or None for another path."""
     if return_scores or q_len is None or k_len is None:
         return None
+    if q_len == 0 or k_len == 0:
+        return None  # nothing to cut into blocks: the plain path gives zeros
     if chunk_size is not None:
         return chunk_size
     if fused or k_len < AUTO_CHUNK_THRESHOLD:
@@ -537,7 +554,10 @@ def scaled_dot_product_attention(
     defaults to `1 / sqrt(d_k)`, where `d_k` is `dim`, the size of one key
     vector of one head. Q Kᵀ and the softmax run in float32 whatever the input
     dtype, so float16 and bfloat16 inputs neither overflow nor lose the
-    logits' precision; the output comes back in the input dtype.
+    logits' precision; the output comes back in the input dtype. (The
+    backend's fused kernel is used for half-precision inputs only on an
+    accelerator, whose kernels accumulate in float32; on a CPU the kernel
+    takes its own float32 paths.)
 
     Masking: `mask` is boolean, True where a query may attend to a key;
     `key_mask` is a padding mask, True at the real keys of each sequence. The

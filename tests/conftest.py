@@ -13,11 +13,11 @@ os.environ.setdefault(
     "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true",
 )
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import keras
+import numpy as np
+import pytest
 
-from tests.helpers import BACKEND  # noqa: E402
+from tests.helpers import BACKEND
 
 
 def pytest_report_header(config):

@@ -441,3 +441,53 @@ def test_integer_inputs_raise_value_error():
     ids = np.ones((1, 3, 4), "int32")
     with pytest.raises(ValueError, match=r"`query`.*floating-point"):
         scaled_dot_product_attention(ids, ids, ids)
+
+
+# ------------------------------------------- regressions found in review
+
+
+@pytest.mark.parametrize("chunk_size", [None, 1], ids=["plain", "chunk1"])
+def test_key_mask_with_as_many_sequences_as_heads_and_one_key(rng, chunk_size):
+    # A (batch, 1, 1, 1) bias once went along the heads axis on TensorFlow
+    # (Keras's `add` took it for a bias of size batch == heads).
+    q = _random(rng, 2, 3, 2, 4)
+    k = _random(rng, 2, 1, 2, 4)
+    v = np.ones((2, 1, 2, 4), "float32")
+    key_mask = np.array([[True], [False]])
+    mask = np.ones((2, 3, 1), bool)
+    out = scaled_dot_product_attention(
+        q, k, v, mask, key_mask=key_mask, chunk_size=chunk_size
+    )
+    np.testing.assert_array_equal(to_numpy(out)[:, 0, :, 0], [[1, 1], [0, 0]])
+
+
+def test_no_key_at_all_gives_zeros_on_every_path(rng):
+    q = _random(rng, 2, 3, 2, 4)
+    empty = np.zeros((2, 0, 2, 4), "float32")
+    for chunk_size in (None, 4):
+        out = scaled_dot_product_attention(q, empty, empty, chunk_size=chunk_size)
+        np.testing.assert_array_equal(to_numpy(out), 0.0)
+
+
+def test_float16_floatx_does_not_turn_the_mask_into_infinities(rng):
+    q, k, v = (_random(rng, 2, 4, 2, 8) for _ in range(3))
+    key_mask = np.array([[True] * 4, [True, False, False, False]])
+    try:
+        keras.config.set_floatx("float16")
+        out = scaled_dot_product_attention(q, k, v, key_mask=key_mask)
+    finally:
+        keras.config.set_floatx("float32")
+    assert np.all(np.isfinite(to_numpy(out)))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_default_path_excludes_a_padded_key_with_a_huge_logit(dtype):
+    # On a CPU the fused kernels compute half precision in half precision,
+    # where the mask's bias can lose to a large logit: the default path
+    # keeps float32 there.
+    q = np.full((1, 1, 1, 8), 30.0, "float32")
+    k = np.concatenate([np.zeros((1, 1, 1, 8)), np.full((1, 1, 1, 8), 30.0)], 1)
+    v = np.concatenate([np.ones((1, 1, 1, 8)), np.full((1, 1, 1, 8), 100.0)], 1)
+    cast = [ops.cast(np.asarray(t, "float32"), dtype) for t in (q, k, v)]
+    out = scaled_dot_product_attention(*cast, key_mask=np.array([[True, False]]))
+    np.testing.assert_allclose(to_numpy(ops.cast(out, "float32")), 1.0)

@@ -26,11 +26,13 @@ def check_keras_mask(argument: str, mask, inputs) -> None:
 
 
 def zero_padded(outputs, query_mask):
-    """Zeros the (B, T, ...) `outputs` at positions where `query_mask` is False."""
+    """Zeros `outputs` (B, T, ...) where `query_mask` (B, T) is False."""
     if query_mask is None:
         return outputs
     keep = ops.cast(query_mask, outputs.dtype)
-    return ops.multiply(outputs, ops.expand_dims(keep, -1))
+    for _ in range(len(outputs.shape) - len(keep.shape)):
+        keep = ops.expand_dims(keep, -1)
+    return ops.multiply(outputs, keep)
 
 
 def zero_padded_scores(scores, query_mask):

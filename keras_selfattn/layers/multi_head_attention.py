@@ -18,7 +18,6 @@ from keras_selfattn.attention import masked_softmax, scaled_dot_product_attentio
 from keras_selfattn.layers._common import (
     check_keras_mask,
     zero_padded,
-    zero_padded_scores,
 )
 
 
@@ -38,7 +37,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     This is a subclass of `keras.layers.MultiHeadAttention`: the constructor,
     the call signature, the weights (names, order, shapes), `attention_axes`,
     LoRA (`layer.query_dense.enable_lora(rank)`), quantization
-    (`quantize("int8")`, `"float8"`), dtype policy maps and the subclassing
+    (`model.quantize("int8")` or `"float8"`), dtype policy maps and the subclassing
     hooks (`_compute_attention`, `_masked_softmax`, `_sliding_window`,
     `_output_shape`, `query_dense` ... `output_dense`) are Keras's, and
     Keras's own test file passes on it (see the README). The attention
@@ -357,8 +356,11 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             attention_output = ops.multiply(attention_output, gate)
         output = zero_padded(self._output_dense(attention_output), query_mask)
         if return_attention_scores:
-            if len(query.shape) == 3:
-                scores = zero_padded_scores(scores, query_mask)
+            if query_mask is not None and scores is not None:
+                rank = len(query.shape) + 1  # projected: (B, *dims, heads, dim)
+                flat = _Flattening(rank, self._normalized_attention_axes(rank))
+                keep = flat.query_mask_for_scores(ops.cast(query_mask, scores.dtype))
+                scores = ops.multiply(scores, keep)
             return output, scores
         return output
 
@@ -514,6 +516,17 @@ class _Flattening:
         q_dims = self._shape(query, self.axes)
         k_dims = self._shape(key, self.axes)
         return ops.reshape(scores, (*lead, scores.shape[1], *q_dims, *k_dims))
+
+    def query_mask_for_scores(self, mask):
+        """A `(batch, *query_dims)` mask -> broadcastable to Keras's scores
+        `(batch, *other_dims, heads, *query_attention_dims, *key_...)`."""
+        perm = (0, *self.others, *self.axes)
+        if perm != tuple(range(len(perm))):
+            mask = ops.transpose(mask, perm)
+        mask = ops.expand_dims(mask, 1 + len(self.others))  # the heads axis
+        for _ in self.axes:
+            mask = ops.expand_dims(mask, -1)  # the key axes
+        return mask
 
     def mask_to_sequences(self, mask, query, key, heads):
         """An attention mask in Keras's layout (scores without the heads

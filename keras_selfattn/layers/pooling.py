@@ -226,7 +226,11 @@ class AttentionPooling(keras.layers.Layer):
             weights = ops.cast(scores, "float32")
             logs = ops.log(ops.maximum(weights, 1e-30))
             entropy = -ops.sum(ops.multiply(weights, logs), axis=-1)
-            self.add_loss(self.entropy_penalty * ops.mean(entropy))
+            # Averaged over the rows that pool something (an all-padding
+            # sequence has no weights, and no entropy to lower).
+            rows = ops.cast(ops.greater(ops.sum(weights, axis=-1), 0.5), "float32")
+            mean = ops.sum(entropy) / ops.maximum(ops.sum(rows), 1.0)
+            self.add_loss(self.entropy_penalty * mean)
         output = ops.reshape(output, (batch_seq[0], features))
         if return_attention_scores:
             return output, ops.squeeze(scores, 2)

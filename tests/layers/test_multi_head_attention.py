@@ -347,3 +347,27 @@ def test_mismatched_key_and_value_lengths_raise(rng):
     q = rng.normal(size=(1, 3, 8)).astype("float32")
     with pytest.raises(ValueError, match="`key`"):
         MultiHeadAttention(2, 4)(q, q, rng.normal(size=(1, 5, 8)).astype("float32"))
+
+
+def test_query_mask_with_a_multi_axis_output_shape(rng):
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    mask = np.ones((2, 5), bool)
+    mask[1, 3:] = False
+    out = MultiHeadAttention(2, 4, output_shape=(2, 3))(
+        x, x, query_mask=mask, value_mask=mask
+    )
+    assert tuple(out.shape) == (2, 5, 2, 3)
+    np.testing.assert_array_equal(to_numpy(out)[1, 3:], 0.0)
+
+
+def test_high_dim_padded_queries_have_all_zero_weights(rng):
+    x = rng.normal(size=(2, 3, 4, 8)).astype("float32")
+    mask = np.ones((2, 3, 4), bool)
+    mask[0, 2, :] = False
+    out, scores = MultiHeadAttention(2, 4)(
+        x, x, query_mask=mask, value_mask=mask, return_attention_scores=True
+    )
+    scores = to_numpy(scores)  # (batch, heads, 3, 4, 3, 4)
+    np.testing.assert_array_equal(scores[0, :, 2], 0.0)
+    np.testing.assert_array_equal(to_numpy(out)[0, 2], 0.0)
+    np.testing.assert_allclose(scores[0, :, 1].sum(axis=(-2, -1)), 1.0, atol=1e-5)

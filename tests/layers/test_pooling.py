@@ -121,9 +121,10 @@ def test_bad_inputs():
 
 def test_entropy_penalty_is_a_training_loss(rng):
     # The query starts at zero: uniform weights over the n real positions,
-    # whose entropy is log(n). Sequence 0 has 6 real positions, sequence 1 has 3.
-    x = rng.normal(size=(2, 6, 4)).astype("float32")
-    mask = np.array([[True] * 6, [True] * 3 + [False] * 3])
+    # whose entropy is log(n). Sequence 0 has 6 real positions, sequence 1
+    # has 3; sequence 2 has none, and does not count in the average.
+    x = rng.normal(size=(3, 6, 4)).astype("float32")
+    mask = np.array([[True] * 6, [True] * 3 + [False] * 3, [False] * 6])
     layer = AttentionPooling(entropy_penalty=0.5)
     layer(x, mask=mask)
     assert layer.losses == []  # not in inference
