@@ -77,14 +77,14 @@ DEFAULTS = {
     "intermediate_dim": 128,
     "num_layers": 1,
     "dropout": 0.3,
-    "epochs": 2,
+    "epochs": 3,
     "batch_size": 32,
     "learning_rate": 1e-3,
     "weight_decay": 0.01,
     "seed": 1337,
-    "crop_rate": 0.3,
+    "crop_rate": 0.5,
     "pooling_heads": 1,
-    "pooling_entropy": 0.0,
+    "pooling_entropy": 0.02,
     "attention": "keras_selfattn",
 }
 
@@ -134,7 +134,7 @@ def build_model(
             `1`.
         pooling_entropy: The pooling's entropy penalty
             (`AttentionPooling(entropy_penalty=...)`): above 0, training
-            prefers pooling on fewer tokens. Defaults to `0.0`.
+            prefers pooling on fewer tokens. Defaults to `0.02`.
         attention: The attention layer of the encoder blocks:
             `"keras_selfattn"` (this package's `MultiHeadAttention` and
             kernel) or `"keras"` (`keras.layers.MultiHeadAttention`: the

