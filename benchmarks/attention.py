@@ -253,7 +253,10 @@ def predicted_bytes(impl: str, batch: int, n: int, dim: int) -> float:
 
     n = n * n if _IMAGE else n  # positions
     linear = 40 * batch * n * dim * 4
-    if impl == "keras" or n < attention.AUTO_CHUNK_THRESHOLD:
+    chunked = n >= attention.AUTO_CHUNK_THRESHOLD or (
+        batch * _HEADS * n * n * 4 > attention.AUTO_CHUNK_BYTES
+    )
+    if impl == "keras" or not chunked:
         return linear + 5 * batch * _HEADS * n * n * 4
     return linear + 6 * batch * _HEADS * n * attention.AUTO_CHUNK_SIZE * 4
 

@@ -257,18 +257,22 @@ def masked_softmax(logits, mask=None, axis=-1):
 # blocks either: a custom gradient recomputes each block's weights from the
 # saved log-sum-exp, FlashAttention-2 style, so training is linear too.
 
-# Key length from which the kernel chunks by itself (when `chunk_size` is
-# None and no backend fused kernel is used). Below it the plain path is a
-# little faster (the chunked backward recomputes Q·Kᵀ: one more matmul of
-# seven) and its full matrix still small; from it on, the full matrix costs
-# gigabytes in training (batch 8, 8 heads, 2048 x 2048 float32 is 1 GiB per
-# copy, and training keeps several), while the chunked path is about as fast
-# on CPU (measured: benchmarks/README.md).
-AUTO_CHUNK_THRESHOLD = 2048
+# When the kernel chunks by itself (`chunk_size=None`, no fused kernel): when
+# one (batch, heads, q_len, k_len) float32 weight matrix would pass
+# `AUTO_CHUNK_BYTES`, or from a key length of `AUTO_CHUNK_THRESHOLD` on (also
+# when the batch size is unknown, as in a graph traced for any batch). Below
+# that the plain path is faster: the chunked backward recomputes Q·Kᵀ (one
+# more matmul of seven) and loops over blocks. Measured on 2 CPU cores,
+# batch 8, dim 512, 8 heads, n = 2048 (a 1 GiB matrix): plain 0.86x Keras's
+# step time at 0.91x its memory; chunked 1.05-1.10x the time at 0.25x the
+# memory (benchmarks/README.md). Training keeps several such matrices, so
+# past 1 GiB the chunked path's linear memory wins.
+AUTO_CHUNK_THRESHOLD = 4096
+AUTO_CHUNK_BYTES = 1 << 30
 
 # Key block size of the automatic choice: blocks of (batch, heads, q_len, 256)
-# float32. Larger blocks were no faster on CPU and cost more memory; much
-# smaller ones pay the loop's per-block overhead.
+# float32. Blocks of 512 were 5% faster at n = 2048 but half as lean, and
+# much smaller ones pay the loop's per-block overhead.
 AUTO_CHUNK_SIZE = 256
 
 
@@ -508,7 +512,7 @@ def _can_use_fused(query, value, return_scores, flash_attention) -> bool:
     return False
 
 
-def _chunk_size_for(chunk_size, q_len, k_len, return_scores, fused):
+def _chunk_size_for(chunk_size, batch, heads, q_len, k_len, return_scores, fused):
     """The key block size of the chunked path, or None for another path."""
     if return_scores or q_len is None or k_len is None:
         return None
@@ -516,9 +520,15 @@ def _chunk_size_for(chunk_size, q_len, k_len, return_scores, fused):
         return None  # nothing to cut into blocks: the plain path gives zeros
     if chunk_size is not None:
         return chunk_size
-    if fused or k_len < AUTO_CHUNK_THRESHOLD:
+    if fused:
         return None
-    return AUTO_CHUNK_SIZE
+    if k_len >= AUTO_CHUNK_THRESHOLD:
+        return AUTO_CHUNK_SIZE
+    if batch is not None and batch * (heads or 1) * q_len * k_len * 4 > (
+        AUTO_CHUNK_BYTES
+    ):
+        return AUTO_CHUNK_SIZE
+    return None
 
 
 def scaled_dot_product_attention(
@@ -583,8 +593,10 @@ def scaled_dot_product_attention(
       PyTorch where a fused kernel would otherwise be used.
     - Otherwise the backend's fused kernel where allowed (see
       `flash_attention`); else the chunked path, with blocks of
-      `AUTO_CHUNK_SIZE` (256) keys, when `k_len >= AUTO_CHUNK_THRESHOLD`
-      (2048, both module constants); else the plain path.
+      `AUTO_CHUNK_SIZE` (256) keys, when one float32 weight matrix
+      `(batch, heads, q_len, k_len)` would pass `AUTO_CHUNK_BYTES` (1 GiB)
+      or when `k_len >= AUTO_CHUNK_THRESHOLD` (4096; module constants);
+      else the plain path.
 
     The chunked path needs static sequence lengths (Python ints, as in
     eager mode or in a graph traced with known shapes; `jit_compile=True`
@@ -691,7 +703,9 @@ def scaled_dot_product_attention(
     fused = not (training and dropout > 0.0) and _can_use_fused(
         query, value, return_scores, flash_attention
     )
-    chunk = _chunk_size_for(chunk_size, q_len, k_len, return_scores, fused)
+    chunk = _chunk_size_for(
+        chunk_size, batch, heads, q_len, k_len, return_scores, fused
+    )
     if chunk_size is None and training and dropout > 0.0:
         chunk = None  # The automatic choice keeps dropout: plain path.
 

@@ -222,6 +222,19 @@ def test_automatic_choice_above_the_threshold(rng, monkeypatch, chunked_calls):
     assert chunked_calls == [5, 10**6]
 
 
+def test_automatic_choice_by_the_size_of_the_weight_matrix(
+    rng, monkeypatch, chunked_calls
+):
+    # (2, 3 heads, 13, 13) float32 weights: 4,056 bytes.
+    q, k, v = _qkv(rng)
+    monkeypatch.setattr(attention_module, "AUTO_CHUNK_BYTES", 4056)
+    sdpa(q, k, v, flash_attention=False)
+    assert chunked_calls == []
+    monkeypatch.setattr(attention_module, "AUTO_CHUNK_BYTES", 4055)
+    sdpa(q, k, v, flash_attention=False)
+    assert chunked_calls == [attention_module.AUTO_CHUNK_SIZE]
+
+
 def test_automatic_choice_leaves_fused_kernels_alone(rng, monkeypatch, chunked_calls):
     monkeypatch.setattr(attention_module, "AUTO_CHUNK_THRESHOLD", 16)
     sdpa(*_qkv(rng, q_len=16, k_len=16))
@@ -369,7 +382,8 @@ _MEMORY_SCRIPT = textwrap.dedent(
 
     chunk_size = None if sys.argv[1] == "none" else int(sys.argv[1])
     length = int(sys.argv[2])
-    attention.AUTO_CHUNK_THRESHOLD = 10**9  # "none" means the plain path.
+    # "none" means the plain path.
+    attention.AUTO_CHUNK_THRESHOLD = attention.AUTO_CHUNK_BYTES = 10**12
 
     def run(length):
         rng = np.random.default_rng(0)
