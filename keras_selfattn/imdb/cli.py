@@ -251,7 +251,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     print(f"data: {dataset.source}")
     print(f"expected calibration error (15 bins): {ece:.4f}")
     if args.calibration_plot:
-        title = f"{Path(args.model).name} on {len(labels)} test reviews"
+        title = f"{Path(args.model).name}, test split"
         calibration.reliability_diagram(
             probabilities, labels, args.calibration_plot, title=title
         )
