@@ -24,20 +24,27 @@ def pytest_report_header(config):
     return f"keras {keras.__version__}, backend: {BACKEND}"
 
 
-# Tests with these marks run in the TensorFlow pass only: they need TensorFlow
-# (the demo, tf.function, tf.distribute), or they would test the same thing on
-# every backend (argument checks, configs).
-_ONE_PASS_MARKS = ("tensorflow_only", "backend_independent")
+# Tests with these marks run in one pass only. `tensorflow_only`: they need
+# TensorFlow (the demo, tf.function, tf.distribute). `backend_independent`:
+# they would test the same thing on every backend (argument checks, configs).
+# `jax_pass`: backend-agnostic and slow (the tutorial notebooks 01 and 02),
+# run once in the JAX pass, whose lane (JAX, then PyTorch) is the shorter.
+_ONE_PASS_MARKS = {
+    "tensorflow_only": "tensorflow",
+    "backend_independent": "tensorflow",
+    "jax_pass": "jax",
+}
 
 
 def pytest_collection_modifyitems(config, items):
-    """Deselects the one-pass tests on the JAX and PyTorch backends."""
-    if BACKEND == "tensorflow":
-        return
+    """Deselects the tests that run in another backend's pass."""
     keep, drop = [], []
     for item in items:
-        one_pass = any(item.get_closest_marker(m) for m in _ONE_PASS_MARKS)
-        (drop if one_pass else keep).append(item)
+        other_pass = any(
+            item.get_closest_marker(mark) and backend != BACKEND
+            for mark, backend in _ONE_PASS_MARKS.items()
+        )
+        (drop if other_pass else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

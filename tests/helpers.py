@@ -92,3 +92,20 @@ def png_size(path: Path) -> tuple[int, int]:
     header = Path(path).read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     return struct.unpack(">II", header[16:24])
+
+
+def tensorboard_scalars(log_dir: Path) -> dict[str, dict[str, int]]:
+    """The scalar tags TensorBoard event files hold, per run folder.
+
+    Returns:
+        `{run: {tag: number of values}}`, e.g. `{"train": {"epoch_loss": 2}}`.
+    """
+    import tensorflow as tf
+
+    runs: dict[str, dict[str, int]] = {}
+    for path in sorted(Path(log_dir).rglob("events.out.tfevents.*")):
+        tags = runs.setdefault(path.parent.relative_to(log_dir).as_posix(), {})
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                tags[value.tag] = tags.get(value.tag, 0) + 1
+    return runs

@@ -23,7 +23,18 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 KERNEL_NAME = "keras-selfattn-tests"
 CELL_TIMEOUT_S = 600  # a hang guard, not a speed requirement
 
-pytestmark = [pytest.mark.notebook, pytest.mark.tensorflow_only]
+pytestmark = pytest.mark.notebook
+
+# The IMDB notebook needs TensorFlow (the demo); the two tutorials run on any
+# backend, and run once, in the JAX pass (tests/conftest.py).
+_PASS = {"03_imdb_sentiment": pytest.mark.tensorflow_only}
+
+
+def _run_cases() -> list:
+    return [
+        pytest.param(p, id=p.stem, marks=_PASS.get(p.stem, pytest.mark.jax_pass))
+        for p in NOTEBOOKS
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +72,7 @@ def execute(notebook: nbformat.NotebookNode, kernel_dir: Path, cwd: Path, monkey
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", _run_cases())
 def test_notebook_runs(path, kernel_dir, tmp_path, monkeypatch):
     notebook = nbformat.read(path, as_version=4)
     execute(notebook, kernel_dir, tmp_path, monkeypatch)
@@ -70,6 +81,7 @@ def test_notebook_runs(path, kernel_dir, tmp_path, monkeypatch):
     assert all(c.execution_count is not None for c in code_cells)
 
 
+@pytest.mark.backend_independent
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_is_stored_without_outputs(path):
     notebook = nbformat.read(path, as_version=4)
@@ -80,6 +92,7 @@ def test_notebook_is_stored_without_outputs(path):
             assert cell.execution_count is None, f"cell {cell.get('id')} was run"
 
 
+@pytest.mark.backend_independent
 def test_notebooks_exist():
     names = {p.name for p in NOTEBOOKS}
     assert "01_self_attention_from_scratch.ipynb" in names

@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--seed", "seed of the initialisation, dropout, shuffling",
          non_negative, int),
         ("--out", "model file (.keras)", None, str),
-        ("--tensorboard", "TensorBoard log folder", None, str),
+        ("--tensorboard", "TensorBoard log folder (needs tensorboard)", None, str),
     ):  # fmt: skip
         add(flag, help_text, check, convert)
     add(

@@ -25,6 +25,7 @@ set for the run and restored afterwards, whether training ends or fails.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import inspect
 import math
 import os
@@ -91,7 +92,9 @@ class TrainConfig:
             Defaults to `"imdb.keras"`.
         mixed_precision: Train under `mixed_float16` on a GPU,
             `mixed_bfloat16` on a CPU. Defaults to `False`.
-        tensorboard: A TensorBoard log folder, or `None`. Defaults to `None`.
+        tensorboard: A TensorBoard log folder (the epoch loss, accuracy and
+            learning rate; it needs the `tensorboard` package), or `None`.
+            Defaults to `None`.
         distribute: `"none"`, `"mirrored"` (all local GPUs, or `devices`) or
             `"multiworker"` (the machines of `TF_CONFIG`).
             Defaults to `"none"`.
@@ -170,6 +173,12 @@ class TrainConfig:
         check_positive_float("learning_rate", self.learning_rate)
         check_positive_int("limit", self.limit, allow_none=True)
         check_int_in_range("seed", self.seed, 0)
+        if self.tensorboard is not None and not importlib.util.find_spec("tensorboard"):
+            raise ValueError(
+                "Argument `tensorboard` needs the `tensorboard` package, which "
+                "is not installed (pip install tensorboard). Received: "
+                f"tensorboard={self.tensorboard!r}"
+            )
         out = Path(self.out)
         if out.suffix != ".keras" or not out.absolute().parent.is_dir():
             raise invalid("out", "a `.keras` path in an existing folder", self.out)

@@ -15,7 +15,7 @@ import pytest
 
 from keras_selfattn.imdb import cli
 from keras_selfattn.imdb import model as imdb_model
-from tests.helpers import png_size, to_numpy, write_acl
+from tests.helpers import png_size, tensorboard_scalars, to_numpy, write_acl
 
 pytestmark = pytest.mark.tensorflow_only
 
@@ -39,14 +39,17 @@ LONG_REVIEW = " ".join(
 def smoke(tmp_path_factory):
     """The smoke run: 500 bundled reviews, 1 epoch, through the command line.
 
-    Returns the model path and everything the command printed.
+    Returns the model path, everything the command printed and the
+    `--tensorboard` folder.
     """
-    out = tmp_path_factory.mktemp("smoke") / "model.keras"
+    folder = tmp_path_factory.mktemp("smoke")
+    out, logs = folder / "model.keras", folder / "logs"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        code = cli.main(["train", *SMALL, "--out", str(out)])
+        args = ["train", *SMALL, "--out", str(out), "--tensorboard", str(logs)]
+        code = cli.main(args)
     assert code == 0
-    return out, printed.getvalue()
+    return out, printed.getvalue(), logs
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +92,14 @@ def test_train_prints_device_progress_and_test_accuracy_last(smoke):
     # The temperature is fitted after training and the test ECE reported.
     assert any(line.startswith("calibration: temperature ") for line in lines)
     assert lines[-2].startswith("test ECE (15 bins): ")
+
+
+def test_tensorboard_gets_the_epoch_scalars(smoke):
+    scalars = tensorboard_scalars(smoke[2])
+    for tag in ("epoch_loss", "epoch_accuracy", "epoch_learning_rate"):
+        assert scalars["train"].get(tag) == 1, scalars  # one epoch
+    for tag in ("epoch_loss", "epoch_accuracy"):
+        assert scalars["validation"].get(tag) == 1, scalars
 
 
 def test_evaluate_draws_the_reliability_diagram(trained, tmp_path, capsys):

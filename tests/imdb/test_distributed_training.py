@@ -26,7 +26,7 @@ import pytest
 
 from keras_selfattn.imdb import cli
 from keras_selfattn.imdb.model import load
-from tests.helpers import to_numpy, write_acl
+from tests.helpers import tensorboard_scalars, to_numpy, write_acl
 
 pytestmark = [pytest.mark.tensorflow_only, pytest.mark.distributed]
 
@@ -225,6 +225,7 @@ def test_mirrored_on_two_logical_cpus(tmp_path, data, subprocess_env):
     out = tmp_path / "mirrored.keras"
     args = ["train", "--data", str(data), *TINY, "--epochs", "2", "--out", str(out)]
     args += ["--distribute", "mirrored", "--devices", "/cpu:0,/cpu:1"]
+    args += ["--tensorboard", str(tmp_path / "logs")]
     with _runs() as runs:
         runs.append(_Run(tmp_path, "m", args, subprocess_env, LOGICAL_CPUS="2"))
         assert runs[0].wait() == 0, runs[0].output()[-3000:]
@@ -236,6 +237,12 @@ def test_mirrored_on_two_logical_cpus(tmp_path, data, subprocess_env):
     texts = np.array(["I loved it, superb", "awful, I hated it"], dtype=object)
     positive, negative = load(out).predict(texts, verbose=0)[:, 0]
     assert positive > 0.5 > negative, (positive, negative)
+    # The loop calls Keras's TensorBoard callback as `fit` does: per epoch.
+    scalars = tensorboard_scalars(tmp_path / "logs")
+    for tag in ("epoch_loss", "epoch_accuracy", "epoch_learning_rate"):
+        assert scalars["train"].get(tag) == 2, scalars
+    for tag in ("epoch_loss", "epoch_accuracy"):
+        assert scalars["validation"].get(tag) == 2, scalars
 
 
 @pytest.mark.slow

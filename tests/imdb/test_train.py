@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import inspect
 
 import keras
@@ -89,6 +90,18 @@ def test_config_names_the_bad_field(tmp_path, monkeypatch, field, value):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=f"argument `{field}`.*Received: {field}="):
         TrainConfig(**{field: value})
+
+
+def test_tensorboard_without_its_package_is_refused_before_training(monkeypatch):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "tensorboard" else find_spec(name, *a),
+    )
+    with pytest.raises(ValueError, match=r"pip install tensorboard\). Received: "):
+        TrainConfig(tensorboard="logs")
+    assert TrainConfig(tensorboard=None).tensorboard is None
 
 
 def test_config_accepts_the_edges(tmp_path):
