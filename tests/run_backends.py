@@ -4,8 +4,10 @@ Usage: python tests/run_backends.py [--backends tensorflow,jax,torch]
        [--jobs 2] [pytest args]
 
 Keras picks its backend once per process (KERAS_BACKEND), so each backend gets
-its own pytest process. TensorFlow runs everything; JAX and PyTorch run all but
-the tests marked `tensorflow_only` or `backend_independent`.
+its own pytest process. Each pass runs the suite but the tests another pass
+owns (tests/conftest.py): those marked `tensorflow_only` or
+`backend_independent` run in the TensorFlow pass only, `jax_pass` in the JAX
+pass only.
 
 The passes run in `--jobs` lanes at once (default 2: TensorFlow in one, JAX
 then PyTorch in the other). Much of a test run is single-threaded Python and
@@ -39,11 +41,18 @@ def _counts(junit: Path) -> dict[str, int]:
 
 
 def _lanes(backends: list[str], jobs: int) -> list[list[str]]:
-    """The backends, dealt round-robin into `jobs` lanes run side by side."""
-    lanes = [[] for _ in range(max(1, min(jobs, len(backends))))]
-    for index, backend in enumerate(backends):
-        lanes[index % len(lanes)].append(backend)
-    return lanes
+    """The backends in `jobs` lanes run side by side.
+
+    The first `jobs - 1` backends get a lane each and the rest share the
+    last, in turn: TensorFlow's pass, the longest, runs alone.
+
+    >>> _lanes(["tensorflow", "jax", "torch"], 2)
+    [['tensorflow'], ['jax', 'torch']]
+    >>> _lanes(["tensorflow", "jax", "torch"], 1)
+    [['tensorflow', 'jax', 'torch']]
+    """
+    count = max(1, min(jobs, len(backends)))
+    return [[backend] for backend in backends[: count - 1]] + [backends[count - 1 :]]
 
 
 def main(argv: list[str] | None = None) -> int:
