@@ -42,10 +42,16 @@ def _f32(value: float):
 
 
 def _key_bias(key_mask):
-    """(B, Tk) padding mask -> (B, 1, 1, Tk) float32: 0 at real keys, the
-    masked logit at padded ones (added to the logits: one fused pass)."""
+    """(B, Tk) padding mask -> (B, Tk) float32: 0 at real keys, the masked
+    logit at padded ones (added to the logits: one fused pass)."""
     padded = ops.cast(ops.logical_not(key_mask), "float32")
-    return ops.multiply(padded, _f32(_MASKED_LOGIT))[:, None, None, :]
+    return ops.multiply(padded, _f32(_MASKED_LOGIT))
+
+
+def _sees_a_key(row_max):
+    """Whether a row of masked logits, by its maximum, has an allowed key: a
+    row with none has only masked logits, whose maximum is far below this."""
+    return ops.greater(row_max, _f32(0.5 * _MASKED_LOGIT))
 
 
 def _validate_shapes(query, key, value) -> None:
@@ -197,7 +203,7 @@ def _plain_attention(
         # The bias first: Keras's TensorFlow `add` takes a second argument that
         # squeezes to one axis for a bias of the first one's axis 1 or last
         # axis, which a (B, 1, 1, 1) bias is when B == heads (one key).
-        logits = ops.add(_key_bias(key_mask), logits)
+        logits = ops.add(_key_bias(key_mask)[:, None, None, :], logits)
     if mask is not None:
         logits = ops.where(mask, logits, _f32(_MASKED_LOGIT))
     weights = ops.softmax(logits, axis=-1)
@@ -206,8 +212,7 @@ def _plain_attention(
     has_key = None
     if mask is not None:
         row_max = ops.max(logits, axis=-1, keepdims=True)
-        has_key = ops.greater(row_max, _f32(0.5 * _MASKED_LOGIT))
-        has_key = ops.cast(has_key, "float32")
+        has_key = ops.cast(_sees_a_key(row_max), "float32")
     elif key_mask is not None:
         has_key = ops.cast(ops.any(key_mask, axis=-1), "float32")[:, None, None, None]
     scores = None
@@ -240,8 +245,7 @@ def masked_softmax(logits, mask=None, axis=-1):
     weights = ops.exp(ops.subtract(logits, row_max))
     weights = ops.divide(weights, ops.sum(weights, axis=axis, keepdims=True))
     if mask is not None:
-        has_key = ops.greater(row_max, _f32(0.5 * _MASKED_LOGIT))
-        weights = ops.multiply(weights, ops.cast(has_key, "float32"))
+        weights = ops.multiply(weights, ops.cast(_sees_a_key(row_max), "float32"))
     return ops.cast(weights, dtype)
 
 
@@ -259,14 +263,15 @@ def masked_softmax(logits, mask=None, axis=-1):
 
 # When the kernel chunks by itself (`chunk_size=None`, no fused kernel): when
 # one (batch, heads, q_len, k_len) float32 weight matrix would pass
-# `AUTO_CHUNK_BYTES`, or from a key length of `AUTO_CHUNK_THRESHOLD` on (also
-# when the batch size is unknown, as in a graph traced for any batch). Below
-# that the plain path is faster: the chunked backward recomputes Q·Kᵀ (one
-# more matmul of seven) and loops over blocks. Measured on 2 CPU cores,
-# batch 8, dim 512, 8 heads, n = 2048 (a 1 GiB matrix): plain 0.86x Keras's
-# step time at 0.91x its memory; chunked 1.05-1.10x the time at 0.25x the
-# memory (benchmarks/README.md). Training keeps several such matrices, so
-# past 1 GiB the chunked path's linear memory wins.
+# `AUTO_CHUNK_BYTES` (known batch size only), or from a key length of
+# `AUTO_CHUNK_THRESHOLD` on (whatever the batch, also in a graph traced for
+# any batch). Below that the plain path is faster: the chunked backward
+# recomputes Q·Kᵀ (one more matmul of seven) and loops over blocks.
+# Measured on 2 CPU cores, batch 8, dim 512, 8 heads, n = 2048 (a 1 GiB
+# matrix): plain 0.86-0.90x Keras's step time at 0.90x its memory; chunked
+# 1.05-1.10x the time at 0.25x the memory (benchmarks/README.md). Training
+# keeps several such matrices, so past 1 GiB the chunked path's linear memory
+# wins.
 AUTO_CHUNK_THRESHOLD = 4096
 AUTO_CHUNK_BYTES = 1 << 30
 
@@ -364,9 +369,7 @@ def _chunked_attention(
         real = key_mask if key_mask is not None else ops.ones((1, k_len), "bool")
         if padding:
             real = ops.pad(real, ((0, 0), (0, padding)), constant_values=False)
-        bias = ops.multiply(
-            ops.cast(ops.logical_not(real), "float32"), _f32(_MASKED_LOGIT)
-        )
+        bias = _key_bias(real)
         lead = ops.shape(bias)[0]  # Dynamic where unknown.
         bias = ops.reshape(bias, (lead, num_blocks, 1, 1, size))
         bias_blocks = ops.transpose(bias, (1, 0, 2, 3, 4))
@@ -426,7 +429,7 @@ def _chunked_attention(
         # A row whose maximum is still the mask constant saw no allowed key:
         # zeros out, and a log-sum-exp so large that every recomputed weight
         # of that row is exactly zero in the backward pass.
-        seen = ops.greater(running_max, _f32(0.5 * _MASKED_LOGIT))
+        seen = _sees_a_key(running_max)
         out = ops.where(seen, ops.divide(acc, running_sum), 0.0)
         lse = ops.where(
             seen, ops.add(running_max, ops.log(running_sum)), _f32(-_MASKED_LOGIT)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_selfattn._validation import check_one_of
 from keras_selfattn.imdb import model as imdb_model
 
 __all__ = [
@@ -396,17 +397,13 @@ def token_scores(
     Returns:
         `(len(tokens),)` scores, higher = more important.
     """
+    check_one_of("kind", kind, EXPLANATIONS)
     if kind == "weights":
         return np.asarray(explanation.weights, dtype="float64")
     if kind == "shares":
         sign = 1.0 if explanation.probability > 0.5 else -1.0
         return sign * np.asarray(explanation.contributions, dtype="float64")
-    if kind == "random":
-        return (rng or np.random.default_rng()).random(len(explanation.tokens))
-    raise ValueError(
-        "Received an invalid value for argument `kind`, expected one of "
-        f"{EXPLANATIONS}. Received: kind={kind!r}"
-    )
+    return (rng or np.random.default_rng()).random(len(explanation.tokens))
 
 
 def erase(
