@@ -75,7 +75,8 @@ def crop(text: str, rng: np.random.Generator, max_words: int = 50) -> str:
         max_words: The most words kept. Defaults to `50`.
 
     Returns:
-        The cropped text (the whole text if it has a single sentence).
+        The cropped text. A text of a single sentence gives a random run of
+        at most `max_words` of its words.
     """
     parts = sentences(text)
     if len(parts) <= 1:
