@@ -15,12 +15,12 @@ Public API:
 # ClipSequence, BigramEmbedding), so they load after `import keras_selfattn`.
 from keras_selfattn import text as _text  # noqa: F401
 from keras_selfattn.attention import scaled_dot_product_attention
-from keras_selfattn.distribution import layout_map
 from keras_selfattn.layers.encoder import TransformerEncoder
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.layers.pooling import AttentionPooling
 from keras_selfattn.layers.position import TokenAndPositionEmbedding
 from keras_selfattn.layers.self_attention import SelfAttention
+from keras_selfattn.sharding import layout_map
 
 __version__ = "0.1.0"
 

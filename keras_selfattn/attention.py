@@ -41,10 +41,10 @@ def _f32(value: float):
     return ops.full((), value, dtype="float32")
 
 
-def _key_bias(key_mask):
+def _padding_bias(padding_mask):
     """(B, Tk) padding mask -> (B, Tk) float32: 0 at real keys, the masked
     logit at padded ones (added to the logits: one fused pass)."""
-    padded = ops.cast(ops.logical_not(key_mask), "float32")
+    padded = ops.cast(ops.logical_not(padding_mask), "float32")
     return ops.multiply(padded, _f32(_MASKED_LOGIT))
 
 
@@ -143,15 +143,15 @@ def _normalize_mask(mask, batch, heads, q_len, k_len, squeezed_heads):
     return mask
 
 
-def _check_key_mask(key_mask, batch, k_len) -> None:
-    shape = tuple(key_mask.shape)
+def _check_padding_mask(padding_mask, batch, k_len) -> None:
+    shape = tuple(padding_mask.shape)
     ok = len(shape) == 2 and all(
         got is None or want is None or got == want
         for got, want in zip(shape, (batch, k_len), strict=True)
     )
     if not ok:
         raise _invalid(
-            "key_mask",
+            "padding_mask",
             f"a boolean tensor of shape (batch, k_len) = {(batch, k_len)}",
             f"<tensor of shape {shape}>",
         )
@@ -180,12 +180,12 @@ def _positional_mask(q_len, k_len, causal, sliding_window):
 
 
 def _plain_attention(
-    query, key, value, mask, key_mask, scale, dropout, training, seed, return_scores
+    query, key, value, mask, padding_mask, scale, dropout, training, seed, return_scores
 ):
     """softmax(Q Kᵀ · scale) V with the full (B, H, Tq, Tk) weight matrix.
 
     One masked pass before the softmax: padded keys get `_MASKED_LOGIT` added
-    (`key_mask`, (B, Tk)), other masked pairs are replaced by it (`mask`,
+    (`padding_mask`, (B, Tk)), other masked pairs are replaced by it (`mask`,
     broadcastable to (B, H, Tq, Tk)). In a row with at least one allowed key
     the float32 softmax then gives the masked keys exactly zero. Rows with no
     allowed key are fixed afterwards, on the output and the scores only.
@@ -199,11 +199,11 @@ def _plain_attention(
     logits = ops.einsum(
         "bqhd,bkhd->bhqk", ops.multiply(query, ops.cast(scale, "float32")), key
     )
-    if key_mask is not None:
+    if padding_mask is not None:
         # The bias first: Keras's TensorFlow `add` takes a second argument that
         # squeezes to one axis for a bias of the first one's axis 1 or last
         # axis, which a (B, 1, 1, 1) bias is when B == heads (one key).
-        logits = ops.add(_key_bias(key_mask)[:, None, None, :], logits)
+        logits = ops.add(_padding_bias(padding_mask)[:, None, None, :], logits)
     if mask is not None:
         logits = ops.where(mask, logits, _f32(_MASKED_LOGIT))
     weights = ops.softmax(logits, axis=-1)
@@ -213,8 +213,10 @@ def _plain_attention(
     if mask is not None:
         row_max = ops.max(logits, axis=-1, keepdims=True)
         has_key = ops.cast(_sees_a_key(row_max), "float32")
-    elif key_mask is not None:
-        has_key = ops.cast(ops.any(key_mask, axis=-1), "float32")[:, None, None, None]
+    elif padding_mask is not None:
+        has_key = ops.cast(ops.any(padding_mask, axis=-1), "float32")[
+            :, None, None, None
+        ]
     scores = None
     if return_scores:
         scores = weights if has_key is None else ops.multiply(weights, has_key)
@@ -313,13 +315,13 @@ def _block_logit_grads(p, d_p, delta):
 
 
 def _chunked_attention(
-    query, key, value, mask, key_mask, scale, causal, sliding_window, chunk_size
+    query, key, value, mask, padding_mask, scale, causal, sliding_window, chunk_size
 ):
     """The attention output, computed over blocks of `chunk_size` keys.
 
     Shapes as `_plain_attention` (4-D, `(batch, seq, heads, dim)`), with
     static `q_len` and `k_len`; `mask` is the normalized user mask (4-D,
-    broadcastable) or None, `key_mask` the (B, Tk) padding mask or None. The
+    broadcastable) or None, `padding_mask` the (B, Tk) padding mask or None. The
     padding mask and the padding of the last block become a per-key bias,
     cut into blocks; the causal and sliding-window rules are applied per
     block, from indices. So no (q_len, k_len) tensor is ever built, and none
@@ -365,11 +367,13 @@ def _chunked_attention(
             mask_blocks = ops.transpose(m, (3, 0, 1, 2, 4))
     # Padded keys, and the columns that pad the last block, get a bias.
     bias_blocks = None
-    if key_mask is not None or padding:
-        real = key_mask if key_mask is not None else ops.ones((1, k_len), "bool")
+    if padding_mask is not None or padding:
+        real = (
+            padding_mask if padding_mask is not None else ops.ones((1, k_len), "bool")
+        )
         if padding:
             real = ops.pad(real, ((0, 0), (0, padding)), constant_values=False)
-        bias = _key_bias(real)
+        bias = _padding_bias(real)
         lead = ops.shape(bias)[0]  # Dynamic where unknown.
         bias = ops.reshape(bias, (lead, num_blocks, 1, 1, size))
         bias_blocks = ops.transpose(bias, (1, 0, 2, 3, 4))
@@ -540,7 +544,7 @@ def scaled_dot_product_attention(
     value,
     mask=None,
     *,
-    key_mask=None,
+    padding_mask=None,
     scale: float | None = None,
     causal: bool = False,
     sliding_window: int | None = None,
@@ -573,11 +577,11 @@ def scaled_dot_product_attention(
     takes its own float32 paths.)
 
     Masking: `mask` is boolean, True where a query may attend to a key;
-    `key_mask` is a padding mask, True at the real keys of each sequence. The
+    `padding_mask` is a padding mask, True at the real keys of each sequence. The
     causal and sliding-window rules are combined with both (logical and). A
     masked key gets exactly zero weight. A query row that may attend to no key
     at all outputs zeros and has all-zero weights; it is never NaN and never a
-    uniform average over padding. Prefer `key_mask` for padding: it stays a
+    uniform average over padding. Prefer `padding_mask` for padding: it stays a
     `(batch, k_len)` vector (a bias added to the logits), where the same
     padding given as `mask` is a full `(batch, 1, q_len, k_len)` comparison.
     Padded *queries* are the caller's to zero (the layers do).
@@ -618,7 +622,7 @@ def scaled_dot_product_attention(
             `(batch, heads, q_len, k_len)`. A 3-D mask is read as
             `(batch, q_len, k_len)` and shared by all heads. Defaults to
             `None` (every key visible).
-        key_mask: Optional boolean tensor `(batch, k_len)`, True at real
+        padding_mask: Optional boolean tensor `(batch, k_len)`, True at real
             keys, False at padding (a Keras mask, as `Embedding(mask_zero=True)`
             makes it). Defaults to `None` (no padding).
         scale: Positive float multiplying the logits before the softmax.
@@ -692,13 +696,13 @@ def scaled_dot_product_attention(
         if not isinstance(mask, keras.KerasTensor):
             mask = ops.convert_to_tensor(mask)
         mask = _normalize_mask(mask, batch, heads, q_len, k_len, squeezed)
-    if key_mask is not None:
-        if not isinstance(key_mask, keras.KerasTensor):
-            key_mask = ops.convert_to_tensor(key_mask)
-        _check_key_mask(key_mask, batch, k_len)
-        if key_mask.dtype != "bool":
-            key_mask = ops.cast(key_mask, "bool")
-    symbolic = (query, key, value, mask, key_mask)
+    if padding_mask is not None:
+        if not isinstance(padding_mask, keras.KerasTensor):
+            padding_mask = ops.convert_to_tensor(padding_mask)
+        _check_padding_mask(padding_mask, batch, k_len)
+        if padding_mask.dtype != "bool":
+            padding_mask = ops.cast(padding_mask, "bool")
+    symbolic = (query, key, value, mask, padding_mask)
     if any(isinstance(t, keras.KerasTensor) for t in symbolic):
         spec = _SymbolicAttention(return_scores, squeezed)
         return spec.symbolic_call(query, key, value)
@@ -715,7 +719,7 @@ def scaled_dot_product_attention(
     scores = None
     if chunk is not None:
         output = _chunked_attention(
-            query, key, value, mask, key_mask, scale, causal, sliding_window, chunk
+            query, key, value, mask, padding_mask, scale, causal, sliding_window, chunk
         )
     else:
         positional = _positional_mask(
@@ -724,8 +728,8 @@ def scaled_dot_product_attention(
         if positional is not None:
             mask = positional if mask is None else ops.logical_and(mask, positional)
         if fused:
-            if key_mask is not None:
-                keys = key_mask[:, None, None, :]
+            if padding_mask is not None:
+                keys = padding_mask[:, None, None, :]
                 mask = keys if mask is None else ops.logical_and(mask, keys)
             output = _backend.fused_attention(
                 query, key, value, mask, scale, flash_attention
@@ -742,7 +746,7 @@ def scaled_dot_product_attention(
                 key,
                 value,
                 mask,
-                key_mask,
+                padding_mask,
                 scale,
                 dropout,
                 training,

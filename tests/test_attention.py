@@ -190,28 +190,28 @@ _KEY_MASK_OPTIONS = {
     "options", _KEY_MASK_OPTIONS.values(), ids=_KEY_MASK_OPTIONS.keys()
 )
 @pytest.mark.parametrize("flash", [None, False], ids=["default_path", "plain_path"])
-def test_key_mask_is_padding(rng, options, flash):
+def test_padding_mask_is_padding(rng, options, flash):
     # Sequence 0 is all padding; the others have 1..6 real keys.
     q, k, v = (
         _random(rng, 3, 5, 2, 4),
         _random(rng, 3, 6, 2, 4),
         _random(rng, 3, 6, 2, 4),
     )
-    key_mask = np.arange(6)[None, :] < np.array([0, 2, 6])[:, None]
+    padding_mask = np.arange(6)[None, :] < np.array([0, 2, 6])[:, None]
     options = dict(options)
     if options.get("mask") == "random":
         options["mask"] = rng.random((3, 5, 6)) > 0.3
-    full = key_mask[:, None, None, :]
+    full = padding_mask[:, None, None, :]
     if "mask" in options:
         full = full & options["mask"][:, None]
     ref_kwargs = {key: value for key, value in options.items() if key != "mask"}
     ref_out, ref_weights = reference_attention(q, k, v, full, **ref_kwargs)
     out = scaled_dot_product_attention(
-        q, k, v, key_mask=key_mask, flash_attention=flash, **options
+        q, k, v, padding_mask=padding_mask, flash_attention=flash, **options
     )
     np.testing.assert_allclose(to_numpy(out), ref_out, atol=1e-5)
     _, weights = scaled_dot_product_attention(
-        q, k, v, key_mask=key_mask, return_scores=True, **options
+        q, k, v, padding_mask=padding_mask, return_scores=True, **options
     )
     weights = to_numpy(weights)
     np.testing.assert_allclose(weights, ref_weights, atol=1e-6)
@@ -219,19 +219,19 @@ def test_key_mask_is_padding(rng, options, flash):
     np.testing.assert_array_equal(to_numpy(out)[0], 0.0)  # no real key at all
     # Whatever sits at padded keys changes nothing.
     k2, v2 = k.copy(), v.copy()
-    k2[~key_mask], v2[~key_mask] = 1e4, -1e4
+    k2[~padding_mask], v2[~padding_mask] = 1e4, -1e4
     moved = scaled_dot_product_attention(
-        q, k2, v2, key_mask=key_mask, flash_attention=flash, **options
+        q, k2, v2, padding_mask=padding_mask, flash_attention=flash, **options
     )
     np.testing.assert_allclose(to_numpy(moved), to_numpy(out), atol=1e-6)
 
 
-def test_key_mask_gradients_are_finite_and_zero_for_all_padding(rng):
+def test_padding_mask_gradients_are_finite_and_zero_for_all_padding(rng):
     q, k, v = (_random(rng, 2, 4, 4) for _ in range(3))
-    key_mask = np.array([[False] * 4, [True, True, False, False]])
+    padding_mask = np.array([[False] * 4, [True, True, False, False]])
 
     def loss(q, k, v):
-        out = scaled_dot_product_attention(q, k, v, key_mask=key_mask)
+        out = scaled_dot_product_attention(q, k, v, padding_mask=padding_mask)
         return ops.sum(out**2)
 
     d_q, d_k, d_v = gradients(loss, q, k, v)
@@ -244,10 +244,10 @@ def test_key_mask_gradients_are_finite_and_zero_for_all_padding(rng):
 
 @pytest.mark.backend_independent
 @pytest.mark.parametrize("shape", [(2, 1, 6), (3, 6), (2, 5)], ids=str)
-def test_key_mask_of_wrong_shape_raises(rng, shape):
+def test_padding_mask_of_wrong_shape_raises(rng, shape):
     q = _random(rng, 2, 6, 4)
-    with pytest.raises(ValueError, match=r"`key_mask`.*\(batch, k_len\)"):
-        scaled_dot_product_attention(q, q, q, key_mask=np.ones(shape, bool))
+    with pytest.raises(ValueError, match=r"`padding_mask`.*\(batch, k_len\)"):
+        scaled_dot_product_attention(q, q, q, padding_mask=np.ones(shape, bool))
 
 
 def test_window_larger_than_sequence_is_full_attention(rng):
@@ -447,18 +447,22 @@ def test_integer_inputs_raise_value_error():
 
 
 @pytest.mark.parametrize("chunk_size", [None, 1], ids=["plain", "chunk1"])
-def test_key_mask_with_as_many_sequences_as_heads_and_one_key(rng, chunk_size):
+def test_padding_mask_with_as_many_sequences_as_heads_and_one_key(rng, chunk_size):
     # A (batch, 1, 1, 1) bias once went along the heads axis on TensorFlow
     # (Keras's `add` took it for a bias of size batch == heads).
     q = _random(rng, 2, 3, 2, 4)
     k = _random(rng, 2, 1, 2, 4)
     v = np.ones((2, 1, 2, 4), "float32")
-    key_mask = np.array([[True], [False]])
+    padding_mask = np.array([[True], [False]])
     mask = np.ones((2, 3, 1), bool)
     out = scaled_dot_product_attention(
-        q, k, v, mask, key_mask=key_mask, chunk_size=chunk_size
+        q, k, v, mask, padding_mask=padding_mask, chunk_size=chunk_size
     )
-    np.testing.assert_array_equal(to_numpy(out)[:, 0, :, 0], [[1, 1], [0, 0]])
+    got = to_numpy(out)[:, 0, :, 0]
+    # One visible key: weight 1 up to float32 rounding (Keras 3.15.1's softmax
+    # gives 1 - 6e-8); the padded sequence gets exact zeros.
+    np.testing.assert_allclose(got[0], [1, 1], rtol=1e-6)
+    np.testing.assert_array_equal(got[1], [0, 0])
 
 
 def test_no_key_at_all_gives_zeros_on_every_path(rng):
@@ -471,10 +475,10 @@ def test_no_key_at_all_gives_zeros_on_every_path(rng):
 
 def test_float16_floatx_does_not_turn_the_mask_into_infinities(rng):
     q, k, v = (_random(rng, 2, 4, 2, 8) for _ in range(3))
-    key_mask = np.array([[True] * 4, [True, False, False, False]])
+    padding_mask = np.array([[True] * 4, [True, False, False, False]])
     try:
         keras.config.set_floatx("float16")
-        out = scaled_dot_product_attention(q, k, v, key_mask=key_mask)
+        out = scaled_dot_product_attention(q, k, v, padding_mask=padding_mask)
     finally:
         keras.config.set_floatx("float32")
     assert np.all(np.isfinite(to_numpy(out)))
@@ -489,5 +493,5 @@ def test_half_precision_default_path_excludes_a_padded_key_with_a_huge_logit(dty
     k = np.concatenate([np.zeros((1, 1, 1, 8)), np.full((1, 1, 1, 8), 30.0)], 1)
     v = np.concatenate([np.ones((1, 1, 1, 8)), np.full((1, 1, 1, 8), 100.0)], 1)
     cast = [ops.cast(np.asarray(t, "float32"), dtype) for t in (q, k, v)]
-    out = scaled_dot_product_attention(*cast, key_mask=np.array([[True, False]]))
+    out = scaled_dot_product_attention(*cast, padding_mask=np.array([[True, False]]))
     np.testing.assert_allclose(to_numpy(ops.cast(out, "float32")), 1.0)

@@ -31,8 +31,8 @@ def _qkv(rng, batch=2, q_len=13, k_len=13, heads=3, dim=8, value_dim=8, rank=4):
 # Mask recipes are drawn with the case's shapes: "keys" (batch, 1, 1, k_len),
 # "full" (batch, heads, q_len, k_len), "3d" (batch, q_len, k_len), "2d"
 # (q_len, k_len), "queries" (batch, 1, q_len, 1), each with fully-masked rows;
-# "pad" is a `key_mask` (batch, k_len) with one sequence all padding, and
-# "pad+full" that key_mask with a "full" mask.
+# "pad" is a `padding_mask` (batch, k_len) with one sequence all padding, and
+# "pad+full" that padding_mask with a "full" mask.
 CASES = {
     "plain-13-chunk5": (dict(), dict(), None, (5,)),
     "chunk1-and-chunk-larger-than-seq": (dict(), dict(), None, (1, 64)),
@@ -79,14 +79,14 @@ CASES = {
 
 
 def _masks(rng, recipe, batch, q_len, k_len, heads):
-    """The (mask, key_mask) keyword arguments of a recipe."""
+    """The (mask, padding_mask) keyword arguments of a recipe."""
     if recipe is None:
         return {}
     if recipe.startswith("pad"):
         lengths = rng.integers(1, k_len + 1, size=batch)
         lengths[0] = 0  # Every row of batch 0 sees only padding.
-        key_mask = np.arange(k_len)[None, :] < lengths[:, None]
-        masks = {"key_mask": key_mask}
+        padding_mask = np.arange(k_len)[None, :] < lengths[:, None]
+        masks = {"padding_mask": padding_mask}
         if recipe == "pad+full":
             masks["mask"] = _mask(rng, "full", batch, q_len, k_len, heads)
         return masks
@@ -471,20 +471,22 @@ def _query_by_key(shapes, q_len, k_lens):
 def test_padding_builds_no_query_by_key_tensor_on_the_chunked_path(rng):
     # Lengths no other dimension shares: 37 queries, 53 keys (56 in blocks of 8).
     q, k, v = _qkv(rng, q_len=37, k_len=53, heads=2, dim=4, value_dim=4)
-    key_mask = np.arange(53)[None, :] < np.array([[20], [53]])
+    padding_mask = np.arange(53)[None, :] < np.array([[20], [53]])
     lengths = (53, 56)
 
-    def with_key_mask(q, k, v, key_mask):
-        return sdpa(q, k, v, key_mask=key_mask, causal=True, chunk_size=8)
+    def with_key_mask(q, k, v, padding_mask):
+        return sdpa(q, k, v, padding_mask=padding_mask, causal=True, chunk_size=8)
 
     assert not _query_by_key(
-        _traced_shapes(with_key_mask, q, k, v, key_mask), 37, lengths
+        _traced_shapes(with_key_mask, q, k, v, padding_mask), 37, lengths
     )
 
     # The detector sees such a tensor where one is built: the same padding
     # given as a (batch, 1, q_len, k_len) mask, as the layers once did.
-    def with_full_mask(q, k, v, key_mask):
-        mask = key_mask[:, None, None, :] & keras.ops.ones((37, 1), "bool")
+    def with_full_mask(q, k, v, padding_mask):
+        mask = padding_mask[:, None, None, :] & keras.ops.ones((37, 1), "bool")
         return sdpa(q, k, v, mask, chunk_size=8)
 
-    assert _query_by_key(_traced_shapes(with_full_mask, q, k, v, key_mask), 37, lengths)
+    assert _query_by_key(
+        _traced_shapes(with_full_mask, q, k, v, padding_mask), 37, lengths
+    )

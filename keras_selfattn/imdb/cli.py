@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         An `argparse.ArgumentParser` whose errors raise `CliError`.
     """
     from keras_selfattn import _validation as v
-    from keras_selfattn.imdb import distribute
+    from keras_selfattn.imdb import distributed
     from keras_selfattn.imdb.model import ATTENTIONS
     from keras_selfattn.imdb.train import TrainConfig
 
@@ -152,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--calibrate", "fit a temperature on the validation reviews after "
         "training", action=argparse.BooleanOptionalAction)  # fmt: skip
     add("--distribute", "tf.distribute: mirrored = all local GPUs (or --devices); "
-        "multiworker = the cluster in TF_CONFIG", choices=distribute.KINDS)  # fmt: skip
+        "multiworker = the cluster in TF_CONFIG",
+        choices=distributed.KINDS)  # fmt: skip
     add("--devices", "for mirrored: /gpu:0,/gpu:1", type=_device_list, metavar="LIST")
     add("--attention", "the encoder's attention: this package's, or keras.layers."
         "MultiHeadAttention in the same model", choices=ATTENTIONS)  # fmt: skip
@@ -326,7 +327,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -
     try:
         _setup_environment()
         from keras_selfattn.imdb.data import DataError
-        from keras_selfattn.imdb.distribute import DistributeError
+        from keras_selfattn.imdb.distributed import DistributeError
         from keras_selfattn.imdb.model import ModelFileError
         from keras_selfattn.imdb.train import train
 

@@ -7,7 +7,7 @@ and compiles the model (`model.py`), trains it, with a checkpoint after each
 epoch to resume from, saves it and reports its test accuracy.
 
 On one device it trains with Keras's `fit`. Under `distribute="mirrored"` or
-`"multiworker"` (`tf.distribute`, `distribute.py`) it trains with its own loop
+`"multiworker"` (`tf.distribute`, `distributed.py`) it trains with its own loop
 (`_DistributedLoop`): Keras 3's `fit` fails under
 `MultiWorkerMirroredStrategy` (tensorflow/tensorflow#72388,
 keras-team/keras#20585), and one loop for both strategies keeps them the same
@@ -47,7 +47,7 @@ from keras_selfattn._validation import (
     check_rate,
     invalid,
 )
-from keras_selfattn.imdb import calibration, data, distribute
+from keras_selfattn.imdb import calibration, data, distributed
 from keras_selfattn.imdb import model as imdb_model
 from keras_selfattn.imdb.model import DEFAULTS
 
@@ -183,7 +183,7 @@ class TrainConfig:
         if out.suffix != ".keras" or not out.absolute().parent.is_dir():
             raise invalid("out", "a `.keras` path in an existing folder", self.out)
         check_one_of("mixed_precision", self.mixed_precision, (False, True))
-        check_one_of("distribute", self.distribute, distribute.KINDS)
+        check_one_of("distribute", self.distribute, distributed.KINDS)
         if self.devices is not None and (
             isinstance(self.devices, str)
             or not all(isinstance(d, str) for d in self.devices)
@@ -298,13 +298,13 @@ def train(
 
     Raises:
         data.DataError: The data source cannot be read.
-        distribute.DistributeError: The strategy cannot be set up, or the
+        distributed.DistributeError: The strategy cannot be set up, or the
             checkpoint to resume from is not of this model.
-        distribute.WorkerLostError: Multi-worker training lost a worker.
+        distributed.WorkerLostError: Multi-worker training lost a worker.
     """
     policy = keras.config.dtype_policy()
     try:
-        with distribute.stop_on_lost_worker(config.distribute):
+        with distributed.stop_on_lost_worker(config.distribute):
             return _train(config, list(callbacks or []))
     finally:
         keras.config.set_dtype_policy(policy)
@@ -312,8 +312,8 @@ def train(
 
 def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
     # A multi-worker strategy must exist before TensorFlow runs anything.
-    strategy = distribute.make_strategy(config.distribute, config.devices)
-    replicas = distribute.num_replicas(strategy)
+    strategy = distributed.make_strategy(config.distribute, config.devices)
+    replicas = distributed.num_replicas(strategy)
     global_batch = config.batch_size * replicas
     device, on_gpu = describe_device()
     _log(f"device: {device}")
@@ -335,12 +335,12 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
     else:
         _log(
             f"distribute: {config.distribute} "
-            f"({distribute.worker_label(strategy)}); replicas: {replicas}, "
+            f"({distributed.worker_label(strategy)}); replicas: {replicas}, "
             f"per-replica batch: {config.batch_size}, global batch: {global_batch}"
         )
         steps_per_epoch = n_train // global_batch  # full global batches only
         if not steps_per_epoch:
-            raise distribute.DistributeError(
+            raise distributed.DistributeError(
                 f"{n_train} training reviews do not fill one global batch of "
                 f"{global_batch}; use a smaller --batch-size or more reviews"
             )
@@ -355,9 +355,9 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
             learning_rate=config.learning_rate,
         )
         if strategy is not None:
-            split = distribute.split_preprocessing(model)
+            split = distributed.split_preprocessing(model)
     out = Path(config.out)
-    checkpoint = distribute.EpochCheckpoint(f"{out}.backup", model, strategy)
+    checkpoint = distributed.EpochCheckpoint(f"{out}.backup", model, strategy)
     done = checkpoint.restore()
     if done:
         _log(f"resuming after epoch {done} from {checkpoint.folder}")
@@ -375,7 +375,7 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
             texts[n_train:], labels[n_train:], _EVAL_BATCH * replicas, shuffle=False
         )
     callbacks = [_EpochSeeds(), checkpoint]
-    if config.tensorboard and distribute.is_chief(strategy):
+    if config.tensorboard and distributed.is_chief(strategy):
         callbacks.append(keras.callbacks.TensorBoard(str(config.tensorboard)))
     callbacks += extra_callbacks
     loop = None if strategy is None else _DistributedLoop(strategy, model, split)
@@ -406,12 +406,12 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
     temperature = 1.0
     if config.calibrate and n_val:
         temperature = _calibrate(model, texts[n_train:], labels[n_train:], config)
-    written = distribute.write_path(out, strategy)
+    written = distributed.write_path(out, strategy)
     model.save(written)
-    distribute.discard(written, strategy)
+    distributed.discard(written, strategy)
     seconds = time.perf_counter() - start
     checkpoint.remove()
-    if distribute.is_chief(strategy):
+    if distributed.is_chief(strategy):
         _log(f"saved {out}; trained in {seconds:.0f} s")
 
     if strategy is None:
@@ -425,7 +425,7 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
             ]
             _log(f"test ECE (15 bins): {ece[0]:.4f} before, {ece[1]:.4f} after")
     else:
-        _log(f"weights fingerprint: {distribute.fingerprint(model):.6f}")
+        _log(f"weights fingerprint: {distributed.fingerprint(model):.6f}")
         test_batches = imdb_model.ReviewBatches(
             dataset.test_texts,
             dataset.test_labels,
@@ -531,7 +531,7 @@ class _DistributedLoop:
         split: `distribute.split_preprocessing(model)`.
     """
 
-    def __init__(self, strategy, model: keras.Model, split: distribute.Split):
+    def __init__(self, strategy, model: keras.Model, split: distributed.Split):
         self.strategy, self.model, self.split = strategy, model, split
         self._evaluate_step = self._step(self._evaluate_replica)
         self._evaluation_data = {}
@@ -550,7 +550,7 @@ class _DistributedLoop:
 
     def _distributed(self, reviews):
         return self.strategy.experimental_distribute_dataset(
-            distribute.id_dataset(self.split, reviews)
+            distributed.id_dataset(self.split, reviews)
         )
 
     @staticmethod
@@ -612,7 +612,7 @@ class _DistributedLoop:
         for _ in range(len(batches)):
             totals += [float(x) for x in self._evaluate_step(iterator)]
         if totals[2] != len(batches.texts):
-            raise distribute.DistributeError(
+            raise distributed.DistributeError(
                 f"distributed evaluation counted {totals[2]:.0f} of "
                 f"{len(batches.texts)} reviews"
             )
@@ -640,7 +640,7 @@ class _DistributedLoop:
         steps = len(train_batches.texts) // global_batch  # full batches only
         train_step = self._step(self._train_replica(global_batch))
         history = keras.callbacks.History()
-        chief = distribute.is_chief(self.strategy)
+        chief = distributed.is_chief(self.strategy)
         callback_list = keras.callbacks.CallbackList(
             [*callbacks, history],
             add_progbar=chief and verbose != 0,

@@ -405,7 +405,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             k,
             v,
             mask,
-            key_mask=key_padding_mask,
+            padding_mask=key_padding_mask,
             scale=self._inverse_sqrt_key_dim,
             causal=bool(use_causal_mask),
             sliding_window=self._sliding_window,

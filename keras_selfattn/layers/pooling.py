@@ -214,7 +214,7 @@ class AttentionPooling(keras.layers.Layer):
             query,
             keys,
             values,
-            key_mask=mask,
+            padding_mask=mask,
             scale=self.scale,
             dropout=self.dropout,
             training=bool(training),

@@ -243,7 +243,7 @@ class SelfAttention(keras.layers.Layer):
             query,
             key,
             value,
-            key_mask=mask,
+            padding_mask=mask,
             scale=self.scale,
             causal=self.causal or use_causal_mask,
             sliding_window=self.sliding_window,

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from keras_selfattn.imdb import distribute
+from keras_selfattn.imdb import distributed
 from tests.helpers import to_numpy
 
 pytestmark = [pytest.mark.tensorflow_only, pytest.mark.distributed]
@@ -54,20 +54,20 @@ _CHIEF_AND_WORKER = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}
 )
 def test_who_is_chief(task_type, task_id, cluster, chief):
     strategy = _FakeStrategy(task_type, task_id, cluster)
-    assert distribute.is_chief(strategy) is chief
+    assert distributed.is_chief(strategy) is chief
 
 
 def test_single_process_is_chief_and_writes_in_place(tmp_path):
-    assert distribute.is_chief(None)
-    assert distribute.write_path(tmp_path / "m.keras", None) == tmp_path / "m.keras"
+    assert distributed.is_chief(None)
+    assert distributed.write_path(tmp_path / "m.keras", None) == tmp_path / "m.keras"
 
 
 def test_other_workers_write_to_a_private_folder_they_discard(tmp_path):
     strategy = _FakeStrategy("worker", 1, _TWO_WORKERS)
-    path = distribute.write_path(tmp_path / "m.keras", strategy)
+    path = distributed.write_path(tmp_path / "m.keras", strategy)
     assert path != tmp_path / "m.keras" and path.name == "m.keras"
     path.write_text("x")
-    distribute.discard(path, strategy)
+    distributed.discard(path, strategy)
     assert not path.parent.exists()
     assert list(tmp_path.iterdir()) == []
 
@@ -98,17 +98,17 @@ def test_multiworker_needs_a_valid_tf_config(monkeypatch, tf_config, message):
         monkeypatch.delenv("TF_CONFIG", raising=False)
     else:
         monkeypatch.setenv("TF_CONFIG", tf_config)
-    with pytest.raises(distribute.DistributeError, match=message):
-        distribute.make_strategy("multiworker")
+    with pytest.raises(distributed.DistributeError, match=message):
+        distributed.make_strategy("multiworker")
 
 
 def test_unknown_kind_and_misplaced_devices():
-    with pytest.raises(distribute.DistributeError, match="unknown --distribute"):
-        distribute.make_strategy("parameter-server")
-    with pytest.raises(distribute.DistributeError, match="--devices needs"):
-        distribute.make_strategy("none", ["/cpu:0"])
-    assert distribute.make_strategy("none") is None
-    assert distribute.num_replicas(None) == 1
+    with pytest.raises(distributed.DistributeError, match="unknown --distribute"):
+        distributed.make_strategy("parameter-server")
+    with pytest.raises(distributed.DistributeError, match="--devices needs"):
+        distributed.make_strategy("none", ["/cpu:0"])
+    assert distributed.make_strategy("none") is None
+    assert distributed.num_replicas(None) == 1
 
 
 def _model():
@@ -129,7 +129,7 @@ def _train_one_step(model):
 def test_checkpoint_restores_weights_optimizer_and_epoch(tmp_path):
     folder = tmp_path / "m.keras.backup"
     model = _model()
-    checkpoint = distribute.EpochCheckpoint(folder, model)
+    checkpoint = distributed.EpochCheckpoint(folder, model)
     assert checkpoint.restore() == 0  # nothing yet
     _train_one_step(model)
     checkpoint.set_model(model)
@@ -137,7 +137,7 @@ def test_checkpoint_restores_weights_optimizer_and_epoch(tmp_path):
     saved = [to_numpy(v) for v in model.variables]
 
     fresh = _model()
-    restored = distribute.EpochCheckpoint(folder, fresh)
+    restored = distributed.EpochCheckpoint(folder, fresh)
     assert restored.restore() == 3
     for a, b in zip(fresh.variables, saved, strict=True):
         np.testing.assert_array_equal(to_numpy(a), b)  # dropout seeds too
@@ -151,20 +151,20 @@ def test_checkpoint_of_another_model_is_refused(tmp_path):
 
     folder = tmp_path / "backup"
     model = _model()
-    distribute.EpochCheckpoint(folder, model).save(1)
+    distributed.EpochCheckpoint(folder, model).save(1)
     other = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     other.compile("adam", "mse")
-    with pytest.raises(distribute.DistributeError, match="is not of this model"):
-        distribute.EpochCheckpoint(folder, other).restore()
+    with pytest.raises(distributed.DistributeError, match="is not of this model"):
+        distributed.EpochCheckpoint(folder, other).restore()
 
 
 def test_other_workers_checkpoint_privately_and_restore_the_chiefs(tmp_path):
     folder = tmp_path / "backup"
     chief_model = _model()
-    distribute.EpochCheckpoint(folder, chief_model).save(1)
+    distributed.EpochCheckpoint(folder, chief_model).save(1)
     model = _model()
     model.optimizer.build(model.trainable_variables)
-    worker = distribute.EpochCheckpoint(
+    worker = distributed.EpochCheckpoint(
         folder, model, _FakeStrategy("worker", 1, _TWO_WORKERS)
     )
     assert worker.restore() == 1
@@ -179,18 +179,18 @@ def test_other_workers_checkpoint_privately_and_restore_the_chiefs(tmp_path):
 
 @pytest.mark.parametrize(
     "value, expected",
-    [(None, distribute.COLLECTIVE_TIMEOUT), ("12.5", 12.5), ("0", None), ("x", None)],
+    [(None, distributed.COLLECTIVE_TIMEOUT), ("12.5", 12.5), ("0", None), ("x", None)],
 )
 def test_collective_timeout_from_the_environment(monkeypatch, value, expected):
     if value is None:
-        monkeypatch.delenv(distribute.COLLECTIVE_TIMEOUT_VARIABLE, raising=False)
+        monkeypatch.delenv(distributed.COLLECTIVE_TIMEOUT_VARIABLE, raising=False)
     else:
-        monkeypatch.setenv(distribute.COLLECTIVE_TIMEOUT_VARIABLE, value)
+        monkeypatch.setenv(distributed.COLLECTIVE_TIMEOUT_VARIABLE, value)
     if expected is None:
-        with pytest.raises(distribute.DistributeError, match="positive number"):
-            distribute.collective_timeout()
+        with pytest.raises(distributed.DistributeError, match="positive number"):
+            distributed.collective_timeout()
     else:
-        assert distribute.collective_timeout() == expected
+        assert distributed.collective_timeout() == expected
 
 
 def test_a_lost_worker_becomes_one_line_that_says_how_to_resume():
@@ -205,8 +205,8 @@ def test_a_lost_worker_becomes_one_line_that_says_how_to_resume():
     )
     lost = tf.errors.UnavailableError(None, None, message)
     with (
-        pytest.raises(distribute.WorkerLostError) as caught,
-        distribute.stop_on_lost_worker("multiworker"),
+        pytest.raises(distributed.WorkerLostError) as caught,
+        distributed.stop_on_lost_worker("multiworker"),
     ):
         raise lost
     text = str(caught.value)
@@ -216,6 +216,6 @@ def test_a_lost_worker_becomes_one_line_that_says_how_to_resume():
     # Outside multi-worker training the error is TensorFlow's own.
     with (
         pytest.raises(tf.errors.UnavailableError),
-        distribute.stop_on_lost_worker("mirrored"),
+        distributed.stop_on_lost_worker("mirrored"),
     ):
         raise lost
