@@ -17,6 +17,7 @@ import keras
 import numpy as np
 import pytest
 
+import keras_selfattn.attention as _attention
 from tests.helpers import BACKEND
 
 
@@ -57,6 +58,20 @@ def _seeded_and_float32():
     keras.config.set_dtype_policy("float32")
     yield
     keras.config.set_dtype_policy("float32")
+
+
+@pytest.fixture
+def chunked_calls(monkeypatch):
+    """Counts calls of the chunked path (and records the block sizes)."""
+    calls = []
+    original = _attention._chunked_attention
+
+    def spy(*args):
+        calls.append(args[-1])
+        return original(*args)
+
+    monkeypatch.setattr(_attention, "_chunked_attention", spy)
+    return calls
 
 
 @pytest.fixture

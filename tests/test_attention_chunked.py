@@ -193,20 +193,6 @@ def test_low_precision_inputs_stay_finite_with_huge_logits(rng, dtype):
 # ------------------------------------------------------------------ selection
 
 
-@pytest.fixture
-def chunked_calls(monkeypatch):
-    """Counts calls of the chunked path (and records the block sizes)."""
-    calls = []
-    original = attention_module._chunked_attention
-
-    def spy(*args):
-        calls.append(args[-1])
-        return original(*args)
-
-    monkeypatch.setattr(attention_module, "_chunked_attention", spy)
-    return calls
-
-
 def test_automatic_choice_above_the_threshold(rng, monkeypatch, chunked_calls):
     monkeypatch.setattr(attention_module, "AUTO_CHUNK_THRESHOLD", 16)
     monkeypatch.setattr(attention_module, "AUTO_CHUNK_SIZE", 5)

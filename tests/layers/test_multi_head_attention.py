@@ -221,16 +221,27 @@ def test_high_dim_parity_with_keras(rng, query_shape, value_shape, axes):
     _assert_close(ours(q, v, attention_mask=mask), theirs(q, v, attention_mask=mask))
 
 
-def test_image_attention_takes_the_chunked_path(rng):
-    # (1, 8, 8) image positions: attention over all 64, in blocks of 16 keys.
+def test_image_attention_is_causal_over_flattened_positions(rng, chunked_calls):
+    # (1, 8, 8) image positions: attention over all 64, in blocks of 16 keys,
+    # causal in row-major order. The reference is Keras's own layer on the
+    # same 64 positions as one sequence, with the same weights.
     x = rng.normal(size=(1, 8, 8, 6)).astype("float32")
     plain = MultiHeadAttention(2, 4)
     chunked = MultiHeadAttention(2, 4, chunk_size=16)
+    flat = keras.layers.MultiHeadAttention(2, 4)
+    sequence = x.reshape(1, 64, 6)
     plain(x, x)
     chunked(x, x)
+    flat(sequence, sequence)
     chunked.set_weights(plain.get_weights())
-    want = to_numpy(plain(x, x, use_causal_mask=True))
+    flat.set_weights(plain.get_weights())
+    chunked_calls.clear()  # the calls that built the layers
+    want = to_numpy(flat(sequence, sequence, use_causal_mask=True)).reshape(x.shape)
+    got_plain = to_numpy(plain(x, x, use_causal_mask=True))
+    assert chunked_calls == []
     got = to_numpy(chunked(x, x, use_causal_mask=True))
+    assert chunked_calls == [16]
+    np.testing.assert_allclose(got_plain, want, atol=1e-5)
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 
