@@ -426,9 +426,10 @@ def test_training_memory_is_far_below_one_weight_matrix(subprocess_env):
 # ---------------------------------------------- no (q_len, k_len) from padding
 
 
-def _traced_shapes(fn, *args):
+def _traced_shapes(fn, *args, dtype=None):
     """The static shape of every tensor in the TensorFlow graph of `fn(*args)`
-    and its gradient, nested function bodies (the block loop) included."""
+    and its gradient, nested function bodies (the block loop) included; only
+    the tensors of `dtype` (a `tf.DType`) if given."""
     import tensorflow as tf
 
     @tf.function
@@ -443,7 +444,11 @@ def _traced_shapes(fn, *args):
     while graphs:
         g = graphs.pop()
         for op in g.get_operations():
-            shapes += [t.shape.as_list() for t in op.outputs if t.shape.rank]
+            shapes += [
+                t.shape.as_list()
+                for t in op.outputs
+                if t.shape.rank and (dtype is None or t.dtype == dtype)
+            ]
         for function in getattr(g, "_functions", {}).values():
             if id(function.graph) not in seen:
                 seen.add(id(function.graph))
@@ -452,7 +457,16 @@ def _traced_shapes(fn, *args):
 
 
 def _query_by_key(shapes, q_len, k_lens):
-    return [s for s in shapes if q_len in s and any(k in s for k in k_lens)]
+    """The shapes with a query axis and a key axis (q_len may be a k_len)."""
+
+    def has_both(shape):
+        rest = list(shape)
+        if q_len not in rest:
+            return False
+        rest.remove(q_len)
+        return any(k in rest for k in k_lens)
+
+    return [s for s in shapes if has_both(s)]
 
 
 @pytest.mark.tensorflow_only
@@ -478,3 +492,44 @@ def test_padding_builds_no_query_by_key_tensor_on_the_chunked_path(rng):
     assert _query_by_key(
         _traced_shapes(with_full_mask, q, k, v, padding_mask), 37, lengths
     )
+
+
+def _masked_layer(kind, chunk_size):
+    """A layer of the package on 37 embedded tokens, padding id 0 masked."""
+    if kind == "SelfAttention":
+        attention = SelfAttention(8, num_heads=2, chunk_size=chunk_size)
+    else:
+        attention = MultiHeadAttention(2, 4, chunk_size=chunk_size)
+    embedding = keras.layers.Embedding(10, 8, mask_zero=True)
+
+    def call(ids):
+        x = embedding(ids)
+        if kind == "SelfAttention":
+            return attention(x)
+        return attention(x, x, use_causal_mask=True)
+
+    return call
+
+
+@pytest.mark.tensorflow_only
+@pytest.mark.parametrize("kind", ["SelfAttention", "MultiHeadAttention"])
+@pytest.mark.parametrize("chunk_size", [None, 8], ids=["plain", "chunked"])
+def test_layers_build_no_query_by_key_mask_from_a_keras_mask(rng, kind, chunk_size):
+    # 3 sequences of 37 tokens (40 in blocks of 8), 20 real in the first: the
+    # Keras mask travels as a (batch, k_len) padding mask. The chunked path
+    # builds no (q_len, k_len) tensor at all; the plain path builds the weights
+    # and MultiHeadAttention's causal rule (1, 1, q_len, k_len), but no boolean
+    # (batch, ..., q_len, k_len) mask from the padding.
+    import tensorflow as tf
+
+    ids = rng.integers(1, 10, size=(3, 37))
+    ids[0, 20:] = 0
+    call = _masked_layer(kind, chunk_size)
+    call(ids)  # builds the layers
+    if chunk_size:
+        shapes = _traced_shapes(call, ids)
+        assert not _query_by_key(shapes, 37, (37, 40))
+    else:
+        shapes = _traced_shapes(call, ids, dtype=tf.bool)
+        assert not [s for s in _query_by_key(shapes, 37, (37,)) if 3 in s]
+    assert [3, 37] in shapes  # the detector saw the Keras mask
