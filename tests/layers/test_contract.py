@@ -251,17 +251,46 @@ def _mask_kwargs(case, mask):
     return {"query_mask": mask, "value_mask": mask}
 
 
+class _KerasMask(keras.layers.Layer):
+    """Passes `x` on with `mask` as its Keras mask, whatever `x` holds."""
+
+    def call(self, inputs):
+        return inputs[0]
+
+    def compute_mask(self, inputs, mask=None):
+        return keras.ops.cast(inputs[1], "bool")
+
+    def compute_output_shape(self, input_shape):
+        return input_shape[0]
+
+
+def _with_keras_mask(case, layer):
+    """(features, padding mask) -> the layer, the mask given as a Keras mask."""
+    x = keras.Input((SEQ, FEATURES))
+    mask = keras.Input((SEQ,), dtype="bool")
+    return keras.Model([x, mask], case.apply(layer, _KerasMask()([x, mask])))
+
+
 @feature_cases
-def test_padding_content_does_not_change_real_positions(case, rng):
+@pytest.mark.parametrize("given", ["as_argument", "as_keras_mask"])
+def test_padding_content_does_not_change_real_positions(case, given, rng):
+    # TokenAndPositionEmbedding is not a case: it makes the mask from the
+    # padding id, so its padded positions hold nothing else.
     mask = _padded_tokens(rng) != 0
+    mask[2, :2] = False  # padding first too, which causal queries see
     x = rng.normal(size=(*mask.shape, FEATURES)).astype("float32")
     other = x.copy()
     other[~mask] = rng.normal(size=other[~mask].shape) * 100
     layer = case.make()
-    a = to_numpy(case.apply(layer, x, **_mask_kwargs(case, mask)))
-    b = to_numpy(case.apply(layer, other, **_mask_kwargs(case, mask)))
+    if given == "as_argument":
+        a = to_numpy(case.apply(layer, x, **_mask_kwargs(case, mask)))
+        b = to_numpy(case.apply(layer, other, **_mask_kwargs(case, mask)))
+    else:
+        model = _with_keras_mask(case, layer)
+        a, b = to_numpy(model([x, mask])), to_numpy(model([other, mask]))
     real = slice(None) if case.pools else mask
     np.testing.assert_allclose(a[real], b[real], atol=1e-5)
+    assert not np.allclose(a, to_numpy(case.apply(layer, other)), atol=1e-3)
 
 
 @feature_cases
