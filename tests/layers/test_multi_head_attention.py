@@ -86,6 +86,22 @@ def test_parity_with_keras(rng, config, call, cross):
     _assert_close(ours(q, v, **call), a)
 
 
+@pytest.mark.parametrize("cross", [False, True], ids=["self", "cross"])
+def test_parity_with_keras_dropout_in_training(rng, cross):
+    # The same seed gives the same dropout mask on the attention weights:
+    # ours draws it from the seed generator of Keras's dropout layer.
+    q = rng.normal(size=(2, 5, 8)).astype("float32")
+    v = rng.normal(size=(2, 7, 8)).astype("float32") if cross else q
+    theirs, ours = _pair(rng, q, v, num_heads=2, key_dim=4, dropout=0.5, seed=3)
+    a, a_scores = theirs(q, v, training=True, return_attention_scores=True)
+    b, b_scores = ours(q, v, training=True, return_attention_scores=True)
+    _assert_close(b, a)
+    _assert_close(b_scores, a_scores)
+    # Dropout really ran: a second draw differs, and inference has none.
+    assert not np.allclose(to_numpy(ours(q, v, training=True)), to_numpy(b))
+    assert not np.allclose(to_numpy(ours(q, v)), to_numpy(b))
+
+
 def test_parity_with_separate_key(rng):
     q = rng.normal(size=(2, 5, 8)).astype("float32")
     v = rng.normal(size=(2, 6, 8)).astype("float32")
