@@ -88,8 +88,25 @@ def test_mixed_precision_logits_in_the_thousands_stay_finite(policy, rng):
     out = to_numpy(ops.cast(out, "float32"))
     weights = to_numpy(ops.cast(weights, "float32"))
     assert np.all(np.isfinite(out)) and np.all(np.isfinite(weights))
+    # A float64 reference from the same variables. Logits in the thousands
+    # overflow exp() in any float type unless the softmax subtracts the row
+    # maximum; half precision only rounds the inputs, keys and output.
+    kernel, bias, query = (to_numpy(ops.cast(w, "float64")) for w in layer.weights)
+    keys = np.tanh(x @ kernel + bias)  # the default key_activation
+    logits = np.einsum("btd,d->bt", keys, query[0]) / np.sqrt(keys.shape[-1])
+    assert np.abs(logits).max() > 1000
+    want_weights = np.exp(logits - logits.max(-1, keepdims=True))
+    want_weights /= want_weights.sum(-1, keepdims=True)
+    # Where the best two keys' logits are closer than the keys' rounding
+    # (bfloat16: 8 bits, about 0.4% of the largest logit) either may win.
+    top2 = np.sort(logits, axis=-1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 0.01 * np.abs(logits).max()
+    assert clear.any()
+    np.testing.assert_allclose(weights[clear, 0], want_weights[clear], atol=0.02)
+    want = np.einsum("bt,btd->bd", want_weights, x)
+    np.testing.assert_allclose(out[clear], want[clear], atol=0.05)
+    # Elsewhere it is still a weighted average of the values.
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=0.02)
-    # A weighted average stays inside the range of the averaged values.
     assert np.all(out <= x.max(axis=1) + 0.02) and np.all(out >= x.min(axis=1) - 0.02)
 
 

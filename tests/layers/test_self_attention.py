@@ -106,9 +106,15 @@ def test_regularizers_add_losses(rng):
         activity_regularizer="l2",
         bias_initializer="ones",
     )
-    layer(rng.normal(size=(1, 3, 2)).astype("float32"))
-    # qkv kernel + bias, output kernel + bias, activity
-    assert len(layer.losses) == 5
+    x = rng.normal(size=(2, 3, 2)).astype("float32")
+    out = to_numpy(layer(x))
+    # qkv kernel + bias, output kernel + bias (Keras's l2: 0.01 * sum(w**2)),
+    # then the activity's, averaged over the batch.
+    weights = [to_numpy(w) for w in layer.weights]
+    want = [0.01 * np.sum(w.astype("float64") ** 2) for w in weights]
+    want.append(0.01 * np.sum(out.astype("float64") ** 2) / len(x))
+    got = sorted(float(to_numpy(loss)) for loss in layer.losses)
+    np.testing.assert_allclose(got, sorted(want), rtol=1e-5)
 
 
 _BAD = {
