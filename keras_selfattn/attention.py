@@ -25,7 +25,7 @@ from keras_selfattn._validation import (
 )
 from keras_selfattn._validation import invalid as _invalid
 
-__all__ = ["scaled_dot_product_attention"]
+__all__ = ["masked_softmax", "scaled_dot_product_attention"]
 
 # The logit of a key that may not be attended to (or added to it, for a padded
 # key). The softmax runs in float32, and this constant only ever meets float32
