@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from keras_selfattn.imdb._errors import first_line  # imports nothing
+
 if TYPE_CHECKING:  # imported lazily: Keras must not load before the setup
     from keras_selfattn.imdb.train import TrainConfig
 
@@ -342,8 +344,6 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -
     except Exception as error:
         if os.environ.get("KERAS_SELFATTN_DEBUG"):
             raise
-        from keras_selfattn.imdb._errors import first_line
-
         message, code = f"error: {first_line(error, typed=True)}", 1
     print(f"{PROG}: {message}", file=sys.stderr)
     return code

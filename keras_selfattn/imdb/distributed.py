@@ -1,5 +1,5 @@
 """Distributed training of the IMDB demo: strategies, the chief, checkpoints,
-input and the training loop, in the order `train.train` meets them.
+the input of token ids and the training loop, all in this one module.
 
 `keras-selfattn train --distribute mirrored` trains on all local GPUs (or the
 devices given with `--devices`) with `tf.distribute.MirroredStrategy`;
@@ -181,10 +181,10 @@ def stop_on_lost_worker(kind: str):
     except lost as error:
         if kind != "multiworker":
             raise
+        reason = first_line(error, skip=_WHERE, typed=True)[:300]
         raise WorkerLostError(
-            f"a worker was lost ({first_line(error, skip=_WHERE, typed=True)[:300]}"
-            "); run the same command on every worker again to resume after the "
-            "last finished epoch"
+            f"a worker was lost ({reason}); run the same command on every "
+            "worker again to resume after the last finished epoch"
         ) from None
 
 
@@ -214,6 +214,14 @@ def plan(strategy, batch_size: int, n_train: int) -> Plan:
 
     On one device the last batch of an epoch may be short; under a strategy
     every step takes a full global batch.
+
+    Args:
+        strategy: The `tf.distribute.Strategy`, or `None` for one device.
+        batch_size: Reviews per replica and step.
+        n_train: The training reviews.
+
+    Returns:
+        A `Plan`.
 
     Raises:
         DistributeError: The reviews do not fill one global batch.

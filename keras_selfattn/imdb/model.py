@@ -71,8 +71,8 @@ POOLING_DROPOUT = "pooling_dropout"
 CLASSIFIER = "classifier"
 MODEL = "imdb_sentiment"
 
-# The verdict: a positive-class probability above THRESHOLD is POSITIVE, any
-# other NEGATIVE (so is a logit above 0 and any other).
+# The verdict: a positive-class probability above THRESHOLD (a logit above 0)
+# is POSITIVE, any other NEGATIVE.
 THRESHOLD = 0.5
 POSITIVE, NEGATIVE = "positive", "negative"
 
