@@ -3,6 +3,7 @@
 Public API:
 
 - `scaled_dot_product_attention`: the kernel every layer calls.
+- `masked_softmax`: the kernel's float32, mask-aware softmax on its own.
 - `SelfAttention`: self-attention on one tensor (fits `keras.Sequential`).
 - `MultiHeadAttention`: a drop-in for `keras.layers.MultiHeadAttention`.
 - `AttentionPooling`: a learned, mask-aware attention-weighted average over time.
@@ -14,7 +15,7 @@ Public API:
 # Registers the text pieces that saved models refer to (the standardization,
 # ClipSequence, BigramEmbedding), so they load after `import keras_selfattn`.
 from keras_selfattn import text as _text  # noqa: F401
-from keras_selfattn.attention import scaled_dot_product_attention
+from keras_selfattn.attention import masked_softmax, scaled_dot_product_attention
 from keras_selfattn.layers.encoder import TransformerEncoder
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.layers.pooling import AttentionPooling
@@ -32,5 +33,6 @@ __all__ = [
     "TransformerEncoder",
     "__version__",
     "layout_map",
+    "masked_softmax",
     "scaled_dot_product_attention",
 ]

@@ -25,7 +25,7 @@ from keras_selfattn._validation import (
 )
 from keras_selfattn._validation import invalid as _invalid
 
-__all__ = ["scaled_dot_product_attention"]
+__all__ = ["masked_softmax", "scaled_dot_product_attention"]
 
 # The logit of a key that may not be attended to (or added to it, for a padded
 # key). The softmax runs in float32, and this constant only ever meets float32
@@ -234,10 +234,27 @@ def masked_softmax(logits, mask=None, axis=-1):
     """The kernel's softmax on its own, for code that computes its logits.
 
     Runs in float32 and comes back in the dtype of `logits`. Where `mask`
-    (boolean, broadcastable to `logits`) is False the weight is exactly 0; a
-    row (over `axis`, an int or a tuple of ints) with no allowed entry is all
-    zeros. `keras_selfattn.MultiHeadAttention._masked_softmax`, the hook that
-    subclasses of Keras's layer call, uses it.
+    is False the weight is exactly 0; a row with no allowed entry is all
+    zeros (never NaN, never uniform). `keras_selfattn.MultiHeadAttention.
+    _masked_softmax`, the hook that subclasses of Keras's layer call, uses it.
+
+    Args:
+        logits: A tensor of attention logits, e.g. `(batch, heads, q, k)`.
+        mask: Optional boolean tensor broadcastable to `logits`; True = may
+            attend. Defaults to `None` (every entry allowed).
+        axis: The axis (an int or a tuple of ints) the weights sum to 1
+            over. Defaults to `-1`.
+
+    Returns:
+        The weights, shaped and typed as `logits`.
+
+    Example:
+
+    >>> logits = np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]], dtype="float32")
+    >>> mask = np.array([[True, True, False], [False, False, False]])
+    >>> np.round(keras.ops.convert_to_numpy(masked_softmax(logits, mask)), 4)
+    array([[0.2689, 0.7311, 0.    ],
+           [0.    , 0.    , 0.    ]], dtype=float32)
     """
     dtype = logits.dtype
     logits = ops.cast(logits, "float32")

@@ -59,3 +59,30 @@ def test_demo_model_saved_before_the_move_loads_with_the_library_only(
     probabilities, demo_modules = json.loads(line)
     assert demo_modules == []
     np.testing.assert_allclose(probabilities, expected["probabilities"], rtol=1e-6)
+
+
+@pytest.mark.backend_independent
+def test_all_names_every_public_name_and_the_docstring_lists_them():
+    import importlib
+    import inspect
+    import pkgutil
+
+    import keras_selfattn
+    from keras_selfattn import attention, layers, sharding
+
+    public = {"__version__", *attention.__all__, *sharding.__all__}
+    for info in pkgutil.iter_modules(layers.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{layers.__name__}.{info.name}")
+        public |= {
+            name
+            for name, value in vars(module).items()
+            if inspect.isclass(value)
+            and value.__module__ == module.__name__
+            and not name.startswith("_")
+        }
+    assert sorted(keras_selfattn.__all__) == sorted(public)
+    assert all(getattr(keras_selfattn, name) is not None for name in public)
+    for name in public - {"__version__"}:
+        assert f"`{name}`" in keras_selfattn.__doc__, name

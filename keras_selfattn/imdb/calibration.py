@@ -10,13 +10,15 @@ kernel and bias, so the saved model (and `predict`, `explain`, a plain
 `keras.models.load_model`) gives calibrated probabilities with no extra layer.
 
 `expected_calibration_error` measures the result (15 equal-width bins of
-confidence, as Guo et al.) and `reliability_diagram` draws it.
+confidence, as Guo et al.), `reliability_diagram` draws it and `evaluate`
+gives it with the accuracy on labelled reviews (`keras-selfattn evaluate`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import keras
@@ -25,7 +27,9 @@ import numpy as np
 from keras_selfattn.imdb import model as imdb_model
 
 __all__ = [
+    "Evaluation",
     "calibrate",
+    "evaluate",
     "expected_calibration_error",
     "fit_temperature",
     "reliability_diagram",
@@ -92,7 +96,7 @@ def _confidence_bins(probabilities, labels, bins: int):
     """Per bin of confidence: (count, mean confidence, accuracy)."""
     p = np.asarray(probabilities, dtype="float64")
     y = np.asarray(labels).astype(int)
-    predicted = (p > 0.5).astype(int)
+    predicted = (p > imdb_model.THRESHOLD).astype(int)
     confidence = np.where(predicted == 1, p, 1.0 - p)  # in [0.5, 1]
     correct = (predicted == y).astype("float64")
     # Bins of [0, 1] as Guo et al.; a binary confidence fills the upper half.
@@ -213,3 +217,49 @@ def calibrate(
         value = keras.ops.convert_to_numpy(weight).astype("float64")
         weight.assign((value / temperature).astype(weight.dtype))
     return temperature
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """How right and how honest a model is on labelled reviews.
+
+    Attributes:
+        probabilities: `(n,)` positive-class probabilities.
+        labels: `(n,)` their 0/1 labels.
+        accuracy: The fraction of verdicts that are the labels
+            (`model.accuracy`).
+        ece: The expected calibration error (`expected_calibration_error`).
+    """
+
+    probabilities: np.ndarray
+    labels: np.ndarray
+    accuracy: float
+    ece: float
+
+
+def evaluate(
+    model: keras.Model,
+    texts: Sequence[str],
+    labels: Sequence[int] | np.ndarray,
+    batch_size: int = 128,
+) -> Evaluation:
+    """The accuracy and calibration error of `model` on reviews.
+
+    Args:
+        model: A model from `keras_selfattn.imdb.model.build_model` (or
+            loaded from its file).
+        texts: Review strings.
+        labels: Their 0/1 labels.
+        batch_size: Reviews per prediction batch. Defaults to `128`.
+
+    Returns:
+        An `Evaluation`.
+    """
+    probabilities = imdb_model.predict(model, texts, batch_size)
+    labels = np.asarray(labels)
+    return Evaluation(
+        probabilities,
+        labels,
+        imdb_model.accuracy(probabilities, labels),
+        expected_calibration_error(probabilities, labels),
+    )

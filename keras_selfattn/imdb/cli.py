@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from keras_selfattn.imdb._errors import first_line  # imports nothing
+
 if TYPE_CHECKING:  # imported lazily: Keras must not load before the setup
     from keras_selfattn.imdb.train import TrainConfig
 
@@ -220,11 +222,6 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         raise CliError(str(error)) from None
 
 
-def _first_line(error: Exception) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
-
-
 def _load(path: str):
     from keras_selfattn.imdb.model import load
 
@@ -237,31 +234,30 @@ def _require_texts(texts: Sequence[str]) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    import numpy as np
-
     from keras_selfattn.imdb import calibration, data
-    from keras_selfattn.imdb.model import predict
 
     if args.calibration_plot and Path(args.calibration_plot).suffix != ".png":
         raise CliError(f"--calibration-plot must end in .png: {args.calibration_plot}")
     model = _load(args.model)
     dataset = data.load(args.data)
-    labels = np.asarray(dataset.test_labels)
-    probabilities = predict(model, dataset.test_texts, args.batch_size)
-    ece = calibration.expected_calibration_error(probabilities, labels)
+    result = calibration.evaluate(
+        model, dataset.test_texts, dataset.test_labels, args.batch_size
+    )
     print(f"data: {dataset.source}")
-    print(f"expected calibration error (15 bins): {ece:.4f}")
+    print(f"expected calibration error (15 bins): {result.ece:.4f}")
     if args.calibration_plot:
         title = f"{Path(args.model).name}, test split"
         calibration.reliability_diagram(
-            probabilities, labels, args.calibration_plot, title=title
+            result.probabilities, result.labels, args.calibration_plot, title=title
         )
         print(f"wrote {args.calibration_plot}")
-    print(f"test accuracy: {np.mean((probabilities > 0.5) == (labels == 1)):.4f}")
+    print(f"test accuracy: {result.accuracy:.4f}")
 
 
 def _predict(args: argparse.Namespace) -> None:
     import numpy as np
+
+    from keras_selfattn.imdb.model import label_of
 
     texts = args.texts
     if texts == ["-"]:
@@ -271,11 +267,12 @@ def _predict(args: argparse.Namespace) -> None:
     probabilities = model.predict(np.array(texts, dtype=object), verbose=0)[:, 0]
     for text, p in zip(texts, probabilities, strict=True):
         snippet = textwrap.shorten(text, 60, placeholder="...")
-        print(f"{'positive' if p > 0.5 else 'negative'}\t{p:.4f}\t{snippet}")
+        print(f"{label_of(p)}\t{p:.4f}\t{snippet}")
 
 
 def _explain(args: argparse.Namespace) -> None:
     from keras_selfattn.imdb import explain
+    from keras_selfattn.imdb.model import label_of
 
     text = sys.stdin.read() if args.text == "-" else args.text
     _require_texts([text])
@@ -283,8 +280,7 @@ def _explain(args: argparse.Namespace) -> None:
         raise CliError(f"--out must end in .png, got {args.out}")
     result = explain.explain(_load(args.model), text)
     explain.plot(result, args.out, heads=args.heads)
-    label = "positive" if result.probability > 0.5 else "negative"
-    print(f"{label} {result.probability:.4f}; wrote {args.out}")
+    print(f"{label_of(result.probability)} {result.probability:.4f}; wrote {args.out}")
     print(result.summary(args.top))
 
 
@@ -348,7 +344,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -
     except Exception as error:
         if os.environ.get("KERAS_SELFATTN_DEBUG"):
             raise
-        message, code = f"error: {type(error).__name__}: {_first_line(error)}", 1
+        message, code = f"error: {first_line(error, typed=True)}", 1
     print(f"{PROG}: {message}", file=sys.stderr)
     return code
 

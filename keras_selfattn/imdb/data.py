@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_selfattn.imdb._errors import first_line
 from keras_selfattn.text import BREAK_TAG
 
 __all__ = [
@@ -292,10 +293,9 @@ def load_keras() -> ImdbData:
             keras.datasets.imdb.load_data()
             keras.datasets.imdb.get_word_index()
         except Exception as error:
-            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise DataError(
                 "cannot download keras.datasets.imdb (offline?): "
-                f"{reason}; use the bundled reviews instead: --data bundled"
+                f"{first_line(error)}; use the bundled reviews instead: --data bundled"
             ) from None
     try:
         arrays = _load_npz(npz_path)

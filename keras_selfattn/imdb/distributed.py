@@ -1,13 +1,16 @@
-"""tf.distribute for the IMDB demo: strategies, the chief, checkpoints, input.
+"""Distributed training of the IMDB demo: strategies, the chief, checkpoints,
+the input of token ids and the training loop, all in this one module.
 
 `keras-selfattn train --distribute mirrored` trains on all local GPUs (or the
 devices given with `--devices`) with `tf.distribute.MirroredStrategy`;
 `--distribute multiworker` trains on the machines listed in the standard
 `TF_CONFIG` environment variable with
-`tf.distribute.MultiWorkerMirroredStrategy`. Both run the training loop of
-`train.py` (Keras 3's `fit` fails under the multi-worker strategy,
-tensorflow/tensorflow#72388). The batch size given on the command line is
-per replica; the global batch is that times the number of replicas.
+`tf.distribute.MultiWorkerMirroredStrategy`. Both train with this module's own
+loop, `DistributedLoop` (Keras 3's `fit` fails under the multi-worker
+strategy, tensorflow/tensorflow#72388, keras-team/keras#20585, and one loop
+for both strategies keeps them the same code). The batch size given on the
+command line is per replica; the global batch is that times the number of
+replicas.
 
 In multi-worker training every worker runs the same program and every worker
 saves (saving may involve collective operations), but only the chief writes
@@ -37,6 +40,7 @@ import keras
 import numpy as np
 
 from keras_selfattn.imdb import model as imdb_model
+from keras_selfattn.imdb._errors import first_line
 
 KINDS = ("none", "mirrored", "multiworker")
 
@@ -148,17 +152,8 @@ def make_strategy(kind: str, devices: Sequence[str] | None = None):
     )
 
 
-def _reason(error: Exception) -> str:
-    """The line of a TensorFlow error that says what happened, not where."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    skip = ("Graph execution error", "Detected at node", "File ", "[[")
-    lines = [line for line in lines if not line.startswith(skip)]
-    if not lines:
-        return "no reason given"
-    reason = lines[0]
-    if reason.endswith(":") and len(lines) > 1:  # the list of lost tasks
-        reason = f"{reason} {lines[1]}"
-    return reason[:300]
+# The lines of a TensorFlow error that say where it happened, not what.
+_WHERE = ("Graph execution error", "Detected at node", "File ", "[[")
 
 
 @contextlib.contextmanager
@@ -186,15 +181,66 @@ def stop_on_lost_worker(kind: str):
     except lost as error:
         if kind != "multiworker":
             raise
+        reason = first_line(error, skip=_WHERE, typed=True)[:300]
         raise WorkerLostError(
-            f"a worker was lost ({type(error).__name__}: {_reason(error)}); "
-            "run the same command on every worker again to resume after the "
-            "last finished epoch"
+            f"a worker was lost ({reason}); run the same command on every "
+            "worker again to resume after the last finished epoch"
         ) from None
 
 
 def num_replicas(strategy) -> int:
     return 1 if strategy is None else int(strategy.num_replicas_in_sync)
+
+
+class Plan(NamedTuple):
+    """How a run's training reviews are batched.
+
+    Attributes:
+        replicas: The replicas training together (1 on one device).
+        global_batch: Reviews per training step, over all replicas.
+        steps_per_epoch: Training steps per epoch.
+        description: A line saying how the run is distributed, or `None` on
+            one device.
+    """
+
+    replicas: int
+    global_batch: int
+    steps_per_epoch: int
+    description: str | None
+
+
+def plan(strategy, batch_size: int, n_train: int) -> Plan:
+    """Batches `n_train` reviews, `batch_size` per replica of `strategy`.
+
+    On one device the last batch of an epoch may be short; under a strategy
+    every step takes a full global batch.
+
+    Args:
+        strategy: The `tf.distribute.Strategy`, or `None` for one device.
+        batch_size: Reviews per replica and step.
+        n_train: The training reviews.
+
+    Returns:
+        A `Plan`.
+
+    Raises:
+        DistributeError: The reviews do not fill one global batch.
+    """
+    replicas = num_replicas(strategy)
+    global_batch = batch_size * replicas
+    if strategy is None:
+        return Plan(1, global_batch, math.ceil(n_train / global_batch), None)
+    steps = n_train // global_batch  # full global batches only
+    if not steps:
+        raise DistributeError(
+            f"{n_train} training reviews do not fill one global batch of "
+            f"{global_batch}; use a smaller --batch-size or more reviews"
+        )
+    description = (
+        f"({worker_label(strategy)}); replicas: {replicas}, per-replica batch: "
+        f"{batch_size}, global batch: {global_batch}"
+    )
+    return Plan(replicas, global_batch, steps, description)
 
 
 def _task(strategy) -> tuple[str | None, int | None, dict]:
@@ -235,6 +281,14 @@ def discard(path: Path, strategy) -> None:
     """Removes what a non-chief worker wrote through `write_path`."""
     if not is_chief(strategy):
         shutil.rmtree(path.parent, ignore_errors=True)
+
+
+def save(model: keras.Model, path: str | os.PathLike, strategy) -> None:
+    """Saves `model` to `path` on the chief; every worker saves (saving may
+    involve collective operations), the others to a place they delete."""
+    written = write_path(path, strategy)
+    model.save(written)
+    discard(written, strategy)
 
 
 class EpochCheckpoint(keras.callbacks.Callback):
@@ -297,11 +351,9 @@ class EpochCheckpoint(keras.callbacks.Callback):
         try:
             self._checkpoint.restore(latest).assert_consumed()
         except (AssertionError, ValueError, tf.errors.OpError) as error:
-            lines = str(error).strip().splitlines()
             raise DistributeError(
                 f"the checkpoint {latest} is not of this model "
-                f"({lines[0] if lines else type(error).__name__}); "
-                f"delete {self.folder} to start over"
+                f"({first_line(error)}); delete {self.folder} to start over"
             ) from None
         return int(self._epoch.numpy())
 
@@ -401,3 +453,168 @@ def id_dataset(split: Split, reviews):
 def fingerprint(model: keras.Model) -> float:
     """The sum of |w| over all weights: equal on workers that agree."""
     return float(sum(np.abs(w).astype("float64").sum() for w in model.get_weights()))
+
+
+# ---------------------------------------------------------------------------
+# The training loop
+
+
+class DistributedLoop:
+    """The demo's training loop under a `tf.distribute` strategy.
+
+    It serves `MirroredStrategy` and `MultiWorkerMirroredStrategy` (under
+    which Keras 3's `fit` fails, tensorflow/tensorflow#72388) and trains as
+    `fit` does on one device. Each step runs on every replica
+    (`strategy.run`): the loss of the replica's share of the global batch,
+    summed and divided by the global batch; its gradients; and the update of
+    the model's optimizer (made in `strategy.scope()`), which sums the
+    replicas' gradients. Only the token-id half of the model
+    (`split_preprocessing(model).trainable`) runs in the step; the input
+    pipeline makes the ids (`id_dataset`).
+
+    Args:
+        strategy: The strategy; the model was built in its scope.
+        model: The whole, compiled model (its optimizer trains).
+    """
+
+    def __init__(self, strategy, model: keras.Model):
+        self.strategy, self.model = strategy, model
+        with strategy.scope():
+            self.split = split_preprocessing(model)
+        self._evaluate_step = self._step(self._evaluate_replica)
+        self._evaluation_data = {}
+
+    def _step(self, replica_fn):
+        """A `tf.function` running `replica_fn` on the next batch of every
+        replica and summing its results over all replicas of all workers."""
+        import tensorflow as tf
+
+        @tf.function
+        def step(iterator):
+            results = self.strategy.run(replica_fn, args=next(iterator))
+            return [self.strategy.reduce("SUM", r, axis=None) for r in results]
+
+        return step
+
+    def _distributed(self, reviews):
+        return self.strategy.experimental_distribute_dataset(
+            id_dataset(self.split, reviews)
+        )
+
+    @staticmethod
+    def _sums(labels, probabilities):
+        """The summed loss, the correct answers and the reviews of a batch."""
+        import tensorflow as tf
+
+        per_review = keras.losses.binary_crossentropy(labels[:, None], probabilities)
+        predicted = tf.cast(probabilities[:, 0] > imdb_model.THRESHOLD, labels.dtype)
+        correct = tf.reduce_sum(tf.cast(tf.equal(predicted, labels), tf.float32))
+        count = tf.cast(tf.size(labels), tf.float32)
+        return tf.reduce_sum(tf.cast(per_review, tf.float32)), correct, count
+
+    def _evaluate_replica(self, ids, labels):
+        return self._sums(labels, self.split.trainable(ids, training=False))
+
+    def _train_replica(self, global_batch: int):
+        import tensorflow as tf
+
+        network, optimizer = self.split.trainable, self.model.optimizer
+        replicas = self.strategy.num_replicas_in_sync
+
+        def train(ids, labels):
+            with tf.GradientTape() as tape:
+                probabilities = network(ids, training=True)
+                loss_sum, correct, count = self._sums(labels, probabilities)
+                loss = loss_sum / global_batch
+                if network.losses:  # regularisation: once over all replicas
+                    loss += tf.add_n(network.losses) / replicas
+                scaled = optimizer.scale_loss(loss)
+            gradients = tape.gradient(scaled, network.trainable_variables)
+            optimizer.apply_gradients(
+                zip(gradients, network.trainable_variables, strict=True)
+            )
+            return loss_sum, correct, count
+
+        return train
+
+    @staticmethod
+    def _logs(totals: np.ndarray) -> dict[str, float]:
+        loss_sum, correct, count = totals
+        return {"loss": loss_sum / count, "accuracy": correct / count}
+
+    def evaluate(self, batches: imdb_model.ReviewBatches) -> dict[str, float]:
+        """Loss and accuracy on `batches`, computed by all workers together.
+
+        Every review is counted once: the workers share each batch, a short
+        one included, and the counts are summed over all of them.
+
+        Returns:
+            `{"loss": ..., "accuracy": ...}`.
+        """
+        if id(batches) not in self._evaluation_data:
+            self._evaluation_data[id(batches)] = self._distributed(batches.dataset())
+        iterator = iter(self._evaluation_data[id(batches)])
+        totals = np.zeros(3)
+        for _ in range(len(batches)):
+            totals += [float(x) for x in self._evaluate_step(iterator)]
+        if totals[2] != len(batches.reviews):
+            raise DistributeError(
+                f"distributed evaluation counted {totals[2]:.0f} of "
+                f"{len(batches.reviews)} reviews"
+            )
+        return self._logs(totals)
+
+    def fit(
+        self,
+        train_batches: imdb_model.ReviewBatches,
+        val_batches: imdb_model.ReviewBatches | None,
+        *,
+        epochs: int,
+        initial_epoch: int,
+        callbacks: list,
+        verbose: str | int,
+    ) -> keras.callbacks.History:
+        """Trains as `fit` would; the callbacks get what `fit` gives them.
+
+        The chief shows Keras's progress bar; each epoch's logs hold the
+        training and validation loss and accuracy.
+
+        Returns:
+            The `History` of the epochs it ran.
+        """
+        global_batch = train_batches.batch_size
+        steps = len(train_batches.reviews) // global_batch  # full batches only
+        train_step = self._step(self._train_replica(global_batch))
+        history = keras.callbacks.History()
+        chief = is_chief(self.strategy)
+        callback_list = keras.callbacks.CallbackList(
+            [*callbacks, history],
+            add_progbar=chief and verbose != 0,
+            model=self.model,
+            verbose=verbose if chief else 0,
+            epochs=epochs,
+            steps=steps,
+        )
+        self.model.stop_training = False
+        logs = {}
+        reviews = train_batches.dataset(
+            range(initial_epoch, epochs), full_batches_only=True
+        )
+        iterator = iter(self._distributed(reviews))
+        callback_list.on_train_begin()
+        for epoch in range(initial_epoch, epochs):
+            callback_list.on_epoch_begin(epoch)
+            totals = np.zeros(3)
+            for step in range(steps):
+                callback_list.on_train_batch_begin(step)
+                totals += [float(x) for x in train_step(iterator)]
+                callback_list.on_train_batch_end(step, self._logs(totals))
+            logs = self._logs(totals)
+            if val_batches is not None:
+                val = self.evaluate(val_batches)
+                logs.update({f"val_{k}": v for k, v in val.items()})
+            callback_list.on_epoch_end(epoch, logs)
+            if self.model.stop_training:
+                break
+        callback_list.on_train_end(logs)
+        return history

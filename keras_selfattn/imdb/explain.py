@@ -1,20 +1,23 @@
 """Which words did the model attend to? Weights per token and their picture.
 
-`explain(model, text)` runs a saved IMDB model layer by layer on one review
-and returns the `AttentionPooling` weight of every token (the weight each
-token's vector gets in the average that the classifier reads), each token's
-share of the classifier's logit, and the encoder's per-head self-attention
-maps. `plot` draws the review as text with each token shaded by its weight,
-the shares as bars below it and, on request, the per-head maps, on a
-`matplotlib.figure.Figure` of its own: it leaves pyplot and matplotlib's
-backend alone. The model's layers are found by their names (`model.py`).
+`explain(model, text)` runs a sub-model of the IMDB model's own layers
+(`explainer`) on one review and returns the `AttentionPooling` weight of
+every token (the weight each token's vector gets in the average that the
+classifier reads), each token's share of the classifier's logit, and the
+last encoder block's per-head self-attention maps. `plot` draws the review
+as text with each token shaded by its weight, the shares as bars below it
+and, on request, the per-head maps, on a `matplotlib.figure.Figure` of its
+own: it leaves pyplot and matplotlib's backend alone. The model's layers are
+found by their names (`model.py`).
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
+import keras
 import numpy as np
 
 from keras_selfattn._validation import check_one_of
@@ -24,6 +27,7 @@ __all__ = [
     "Explanation",
     "erase",
     "explain",
+    "explainer",
     "faithfulness",
     "plot",
     "relative_weights",
@@ -96,6 +100,71 @@ class Explanation:
         return "\n".join(lines)
 
 
+# The explainer of each model explained so far (built once per model).
+_EXPLAINERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def explainer(model: keras.Model) -> keras.Model:
+    """The IMDB model with the outputs that `explain` reads.
+
+    A `keras.Model` of `model`'s own layers (and so its weights), from raw
+    strings `(batch,)` to: the token ids `(batch, T)` after the clip; the
+    token vectors that the pooling reads `(batch, T, D)`; the pooling
+    weights `(batch, pooling_heads, T)`; the last encoder block's
+    self-attention maps `(batch, num_heads, T, T)`; and the model's own
+    output, the probabilities `(batch, 1)`. Only the last encoder block and
+    the pooling are called a second time, on the tensors the model gives
+    them, to return their weights; every other tensor is the model's own.
+    Made once per model.
+
+    Args:
+        model: A model built by `keras_selfattn.imdb.model.build_model`,
+            possibly reloaded from a `.keras` file.
+
+    Returns:
+        The `keras.Model`.
+    """
+    if model not in _EXPLAINERS:
+        encoders = [
+            layer
+            for layer in model.layers
+            if layer.name.startswith(f"{imdb_model.ENCODER}_")
+        ]
+        pooling = model.get_layer(imdb_model.POOLING)
+        outputs = [
+            model.get_layer(imdb_model.CLIP).output,
+            keras.tree.flatten(pooling.input)[0],
+            _Scores.of(pooling),
+            _Scores.of(encoders[-1]),
+            model.outputs[0],
+        ]
+        _EXPLAINERS[model] = keras.Model(model.inputs, outputs, name="explainer")
+    return _EXPLAINERS[model]
+
+
+class _Scores(keras.layers.Layer):
+    """The attention weights of one of the model's layers: that layer, with
+    its weights, called with `return_attention_scores=True`, on the tensor
+    (and Keras mask) the model gives it."""
+
+    def __init__(self, layer: keras.layers.Layer, **kwargs):
+        super().__init__(name=f"{layer.name}_scores", **kwargs)
+        self.layer = layer
+
+    def call(self, inputs, mask=None):
+        return self.layer(inputs, mask=mask, return_attention_scores=True)[1]
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    @classmethod
+    def of(cls, layer: keras.layers.Layer):
+        # The tensors the model called `layer` with: the input, then the
+        # mask (a loaded model's inputs may carry another, equal, mask).
+        inputs, *mask = keras.tree.flatten(layer.input)
+        return cls(layer)(inputs, mask=mask[0] if mask else None)
+
+
 def explain(model, text: str) -> Explanation:
     """Attention weights of an IMDB model (from `build_model`) on one review.
 
@@ -105,34 +174,19 @@ def explain(model, text: str) -> Explanation:
         text: One raw review.
 
     Returns:
-        An `Explanation`.
+        An `Explanation`: its `probability` is the model's, and its
+        `contributions` and the classifier's bias sum to the model's logit.
     """
     import tensorflow as tf
 
     from keras_selfattn.text import standardize
 
-    get = model.get_layer
-    names = [each.name for each in model.layers]
-    vectorizer = get(imdb_model.TEXT_VECTORIZATION)
-    clip = get(imdb_model.CLIP)
-    embedding = get(imdb_model.EMBEDDING)
-    encoders = [get(n) for n in names if n.startswith(f"{imdb_model.ENCODER}_")]
-    pooling = get(imdb_model.POOLING)
-    classifier = get(imdb_model.CLASSIFIER)
-
+    vectorizer = model.get_layer(imdb_model.TEXT_VECTORIZATION)
+    clip = model.get_layer(imdb_model.CLIP)
+    classifier = model.get_layer(imdb_model.CLASSIFIER)
     texts = tf.constant([text])
-    ids = clip(vectorizer(texts))
-    x = embedding(ids)
-    mask = embedding.compute_mask(ids)
-    if imdb_model.BIGRAM_EMBEDDING in names:
-        bigram_clip = get(imdb_model.BIGRAM_CLIP)
-        bigram_ids = bigram_clip(get(imdb_model.BIGRAM_VECTORIZATION)(texts))
-        x = get(imdb_model.BIGRAM_EMBEDDING)(x, bigram_ids, mask=mask)
-    maps = None
-    for encoder in encoders:
-        x, maps = encoder(x, mask=mask, return_attention_scores=True)
-    pooled, weights = pooling(x, mask=mask, return_attention_scores=True)
-    probability = float(np.asarray(classifier(pooled))[0, 0])
+    ids, x, weights, maps, probability = explainer(model)(texts)
+    probability = float(np.asarray(probability)[0, 0])
 
     ids = np.asarray(ids)[0]
     length = int(np.sum(ids != 0))
@@ -162,8 +216,7 @@ def explain(model, text: str) -> Explanation:
     else:
         vocabulary = vectorizer.get_vocabulary()
         tokens = [vocabulary[i] for i in ids[:length]]
-    if maps is not None:
-        maps = np.asarray(maps, dtype="float32")[0][:, :length, :length]
+    maps = np.asarray(maps, dtype="float32")[0][:, :length, :length]
     return Explanation(
         tokens,
         head_weights.mean(axis=0),
@@ -283,7 +336,7 @@ def plot(
         bottom=0.05,
     )
 
-    label = "positive" if explanation.probability > 0.5 else "negative"
+    label = imdb_model.label_of(explanation.probability)
     n = max(len(tokens), 1)
     ax = fig.add_subplot(grid[0])
     ax.set_axis_off()
@@ -401,7 +454,7 @@ def token_scores(
     if kind == "weights":
         return np.asarray(explanation.weights, dtype="float64")
     if kind == "shares":
-        sign = 1.0 if explanation.probability > 0.5 else -1.0
+        sign = 1.0 if explanation.probability > imdb_model.THRESHOLD else -1.0
         return sign * np.asarray(explanation.contributions, dtype="float64")
     return (rng or np.random.default_rng()).random(len(explanation.tokens))
 
@@ -468,7 +521,7 @@ def faithfulness(
                     cases.append((kind, k, measure, index))
     probabilities = imdb_model.predict(model, variants)
     original = probabilities[: len(texts)]
-    positive = original > 0.5
+    positive = original > imdb_model.THRESHOLD
 
     def of_predicted(p, index):
         return p if positive[index] else 1.0 - p

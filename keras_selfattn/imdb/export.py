@@ -22,6 +22,9 @@ from pathlib import Path
 
 import keras
 
+# The verdict is the model's (one threshold); `label_of` is handed on here.
+from keras_selfattn.imdb.model import NEGATIVE, POSITIVE, THRESHOLD, label_of
+
 __all__ = [
     "INPUT",
     "NEGATIVE",
@@ -33,25 +36,20 @@ __all__ = [
 ]
 
 INPUT = "texts"  # the name of the signature's input
-POSITIVE, NEGATIVE = "positive", "negative"
 
 
 class ExportError(Exception):
     """An export directory that cannot be written; one line for users."""
 
 
-def label_of(probability: float) -> str:
-    """The label of a positive-class probability: above 0.5 is positive."""
-    return POSITIVE if probability > 0.5 else NEGATIVE
-
-
 class _Label(keras.layers.Layer):
-    """`"positive"` where the probability is above 0.5, else `"negative"`."""
+    """`model.label_of` on a tensor: `"positive"` where the probability is
+    above `model.THRESHOLD`, else `"negative"`."""
 
     def call(self, probability):
         import tensorflow as tf  # string tensors: TensorFlow only
 
-        return tf.where(probability > 0.5, POSITIVE, NEGATIVE)
+        return tf.where(probability > THRESHOLD, POSITIVE, NEGATIVE)
 
     def compute_output_spec(self, probability):
         return keras.KerasTensor(probability.shape, dtype="string")

@@ -12,12 +12,14 @@
       -> Dense(1, sigmoid)
 
 Every layer has a fixed name, one of the constants below (`CLIP`,
-`CLASSIFIER`, ...): `explain` and `distribute` find the layers by these names,
+`CLASSIFIER`, ...): `explain` and `distributed` find the layers by these names,
 in models built today and in models loaded from older files.
 
 `compile_model` sets up the optimizer and `evaluate` measures accuracy.
 `ReviewBatches` feeds both with batches of reviews of similar length, so a
-batch is padded to its own longest review rather than to `max_len`.
+batch is padded to its own longest review rather than to `max_len`;
+`ReviewBatches.dataset` puts them in `tf.data`. A probability above
+`THRESHOLD` is a positive verdict (`label_of`, `accuracy`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import keras
 import numpy as np
 
 from keras_selfattn.imdb import data
+from keras_selfattn.imdb._errors import first_line
 from keras_selfattn.layers.encoder import TransformerEncoder
 from keras_selfattn.layers.pooling import AttentionPooling
 from keras_selfattn.layers.position import TokenAndPositionEmbedding
@@ -38,11 +41,16 @@ from keras_selfattn.text import BigramEmbedding, ClipSequence, standardize
 __all__ = [
     "ATTENTIONS",
     "DEFAULTS",
+    "NEGATIVE",
+    "POSITIVE",
+    "THRESHOLD",
     "ModelFileError",
     "ReviewBatches",
+    "accuracy",
     "build_model",
     "compile_model",
     "evaluate",
+    "label_of",
     "load",
     "logits",
     "predict",
@@ -62,6 +70,11 @@ POOLING = "pooling"
 POOLING_DROPOUT = "pooling_dropout"
 CLASSIFIER = "classifier"
 MODEL = "imdb_sentiment"
+
+# The verdict: a positive-class probability above THRESHOLD (a logit above 0)
+# is POSITIVE, any other NEGATIVE.
+THRESHOLD = 0.5
+POSITIVE, NEGATIVE = "positive", "negative"
 
 # The values of `TransformerEncoder(attention=...)`.
 ATTENTIONS = ("keras_selfattn", "keras")
@@ -254,6 +267,10 @@ class ReviewBatches(keras.utils.PyDataset):
     shuffling (evaluation), the reviews are batched in order of length;
     `batch_indices()` tells which reviews each batch holds.
 
+    `reviews` are the texts as given; `epoch_texts` are what the current
+    epoch batches: the same reviews, some of them cropped when `crop_rate`
+    is above 0. Both have one text per label, in the same order.
+
     The crops and the order of epoch `e` depend on `(seed, e)` only:
     `on_epoch_end` moves to the next epoch and `set_epoch(e)` to any, so a
     run resumed at epoch `e` sees the batches an uninterrupted run sees.
@@ -282,7 +299,7 @@ class ReviewBatches(keras.utils.PyDataset):
     ):
         super().__init__()
         self.reviews = np.asarray(list(texts), dtype=object)
-        self.texts = self.reviews
+        self.epoch_texts = self.reviews
         self.labels = np.asarray(labels, dtype="float32")
         self.batch_size = batch_size
         self.shuffle = shuffle
@@ -295,15 +312,15 @@ class ReviewBatches(keras.utils.PyDataset):
         rng = np.random.default_rng((self.seed, self.epoch))
         if self.crop_rate:
             cropped = rng.random(len(self.reviews)) < self.crop_rate
-            self.texts = np.array(
+            self.epoch_texts = np.array(
                 [
                     data.crop(text, rng) if chosen else text
                     for text, chosen in zip(self.reviews, cropped, strict=True)
                 ],
                 dtype=object,
             )
-        self.lengths = np.array([len(t.split()) for t in self.texts])
-        n, size = len(self.texts), self.batch_size
+        self.lengths = np.array([len(t.split()) for t in self.epoch_texts])
+        n, size = len(self.reviews), self.batch_size
         if not self.shuffle:
             order = np.argsort(self.lengths, kind="stable")
             return [order[i : i + size] for i in range(0, n, size)]
@@ -317,13 +334,13 @@ class ReviewBatches(keras.utils.PyDataset):
         return [batches[i] for i in rng.permutation(len(batches))]
 
     def __len__(self) -> int:
-        return math.ceil(len(self.texts) / self.batch_size)
+        return math.ceil(len(self.reviews) / self.batch_size)
 
     def __getitem__(self, index):
         import tensorflow as tf  # string batches: the demo runs on TensorFlow
 
         ids = self._batches[index]
-        return tf.constant(list(self.texts[ids])), self.labels[ids]
+        return tf.constant(list(self.epoch_texts[ids])), self.labels[ids]
 
     def batch_indices(self) -> list[np.ndarray]:
         """The indices of the reviews in each batch, in batch order."""
@@ -337,6 +354,50 @@ class ReviewBatches(keras.utils.PyDataset):
 
     def on_epoch_end(self):
         self.set_epoch(self.epoch + 1)
+
+    def dataset(self, epochs: range | None = None, full_batches_only: bool = False):
+        """The batches of the given epochs, one after the other, in `tf.data`.
+
+        Each epoch's order is made when the pipeline reaches it (`set_epoch`),
+        so it never depends on when a callback runs or how far ahead
+        `tf.data` reads.
+
+        Args:
+            epochs: The epochs (counted from 0), or `None` for one pass in
+                the current order (evaluation). Defaults to `None`.
+            full_batches_only: Whether to skip the short batches, so that
+                every step of a strategy has the global batch.
+                Defaults to `False`.
+
+        Returns:
+            A `tf.data.Dataset` of `(texts, labels)` batches.
+        """
+        import tensorflow as tf
+
+        epochs = [None] if epochs is None else epochs
+        per_epoch = sum(
+            not full_batches_only or len(ids) == self.batch_size
+            for ids in self.batch_indices()
+        )  # the same in every epoch
+
+        def generate():
+            for epoch in epochs:
+                if epoch is not None:
+                    self.set_epoch(epoch)
+                for index in range(len(self)):
+                    texts, labels = self[index]
+                    if not full_batches_only or len(labels) == self.batch_size:
+                        yield texts, labels
+
+        dataset = tf.data.Dataset.from_generator(
+            generate,
+            output_signature=(
+                tf.TensorSpec((None,), tf.string),
+                tf.TensorSpec((None,), tf.float32),
+            ),
+        )
+        known = tf.data.experimental.assert_cardinality(len(epochs) * per_epoch)
+        return dataset.apply(known)
 
 
 def _in_order(model: keras.Model, texts: Sequence[str], batch_size: int):
@@ -406,11 +467,30 @@ def evaluate(
         batch_size: Reviews per prediction batch. Defaults to `128`.
 
     Returns:
-        The fraction of reviews whose predicted probability is on the side
-        of 0.5 that their label is on.
+        The fraction of reviews whose verdict is their label (`accuracy`).
     """
-    probabilities = predict(model, texts, batch_size)
-    return float(np.mean((probabilities > 0.5) == (np.asarray(labels) == 1)))
+    return accuracy(predict(model, texts, batch_size), labels)
+
+
+def label_of(probability: float) -> str:
+    """The verdict on a positive-class probability: `POSITIVE` above
+    `THRESHOLD`, else `NEGATIVE`."""
+    return POSITIVE if probability > THRESHOLD else NEGATIVE
+
+
+def accuracy(probabilities, labels) -> float:
+    """The fraction of verdicts that are the labels.
+
+    Args:
+        probabilities: Positive-class probabilities; above `THRESHOLD` is a
+            positive verdict.
+        labels: Their 0/1 labels.
+
+    Returns:
+        A float in [0, 1].
+    """
+    positive = np.asarray(probabilities) > THRESHOLD
+    return float(np.mean(positive == (np.asarray(labels) == 1)))
 
 
 class ModelFileError(Exception):
@@ -436,6 +516,5 @@ def load(path: str | Path) -> keras.Model:
     try:
         return keras.models.load_model(path)
     except Exception as error:  # corrupt, truncated or not a Keras file
-        lines = str(error).strip().splitlines()
-        reason = lines[0] if lines else type(error).__name__
+        reason = first_line(error)
         raise ModelFileError(f"cannot load model {path}: {reason}") from None

@@ -50,8 +50,10 @@ from pydantic import (
 from starlette.exceptions import HTTPException
 
 from keras_selfattn.imdb import model as imdb_model
+from keras_selfattn.imdb._errors import first_line
 from keras_selfattn.imdb.explain import explain
-from keras_selfattn.imdb.export import label_of, serving_model
+from keras_selfattn.imdb.export import serving_model
+from keras_selfattn.imdb.model import label_of
 
 __all__ = [
     "CALL_SIZE",
@@ -371,9 +373,8 @@ def create_app(model) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def server_error(request: Request, error: Exception):
-        lines = str(error).strip().splitlines()
-        message = f"{type(error).__name__}: {lines[0] if lines else ''}"
-        return JSONResponse({"detail": f"server error: {message}"}, status_code=500)
+        message = f"server error: {first_line(error, typed=True)}"
+        return JSONResponse({"detail": message}, status_code=500)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> str:

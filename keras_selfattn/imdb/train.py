@@ -2,16 +2,18 @@
 
 `train(TrainConfig(...))` is the one training path of the demo: the
 `keras-selfattn train` command, notebook 03 and `benchmarks/imdb.py` all call
-it. It loads the reviews, keeps 5% of the training ones for validation, builds
-and compiles the model (`model.py`), trains it, with a checkpoint after each
-epoch to resume from, saves it and reports its test accuracy.
+it. It reads once, top to bottom: it loads the reviews (`data.py`), keeps 5% of
+the training ones for validation, builds and compiles the model (`model.py`),
+fits it, with a checkpoint after each epoch to resume from, calibrates it
+(`calibration.py`), saves it and reports its test accuracy.
 
 On one device it trains with Keras's `fit`. Under `distribute="mirrored"` or
-`"multiworker"` (`tf.distribute`, `distributed.py`) it trains with its own loop
-(`_DistributedLoop`): Keras 3's `fit` fails under
-`MultiWorkerMirroredStrategy` (tensorflow/tensorflow#72388,
-keras-team/keras#20585), and one loop for both strategies keeps them the same
-code. The loop shows what `fit` shows and calls the same callbacks.
+`"multiworker"` it trains with the demo's own loop,
+`distributed.DistributedLoop`: Keras 3's `fit` fails under
+`MultiWorkerMirroredStrategy`. Everything distributed (the strategy, the
+batching over replicas, the checkpoints every worker writes, the input
+pipeline of token ids and the loop) lives in `distributed.py`. The loop shows
+what `fit` shows and calls the same callbacks.
 
 Epoch `e` depends on `(seed, e)` alone: its batches (`ReviewBatches`) and its
 dropout masks. So a run killed at any point and started again ends with
@@ -27,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import inspect
-import math
 import os
 import platform
 import time
@@ -305,16 +306,15 @@ def train(
     policy = keras.config.dtype_policy()
     try:
         with distributed.stop_on_lost_worker(config.distribute):
-            return _train(config, list(callbacks or []))
+            # A multi-worker strategy must exist before TensorFlow runs anything.
+            strategy = distributed.make_strategy(config.distribute, config.devices)
+            return _train(config, strategy, list(callbacks or []))
     finally:
         keras.config.set_dtype_policy(policy)
 
 
-def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
-    # A multi-worker strategy must exist before TensorFlow runs anything.
-    strategy = distributed.make_strategy(config.distribute, config.devices)
-    replicas = distributed.num_replicas(strategy)
-    global_batch = config.batch_size * replicas
+def _train(config: TrainConfig, strategy, extra_callbacks: list) -> TrainResult:
+    options = config.model_options()
     device, on_gpu = describe_device()
     _log(f"device: {device}")
     if config.mixed_precision:
@@ -322,6 +322,7 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
         keras.config.set_dtype_policy(policy)
         _log(f"mixed precision: {policy}")
 
+    # Data: 5% of the training reviews validate.
     dataset = data.load(config.data).limit(config.limit)
     texts, labels = dataset.train_texts, dataset.train_labels
     n_val = max(1, round(0.05 * len(texts))) if len(texts) >= 20 else 0
@@ -330,69 +331,58 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
         f"data: {dataset.source}; training on {n_train}, validating on {n_val}, "
         f"testing on {len(dataset.test_texts)} reviews"
     )
-    if strategy is None:
-        steps_per_epoch = math.ceil(n_train / global_batch)
-    else:
-        _log(
-            f"distribute: {config.distribute} "
-            f"({distributed.worker_label(strategy)}); replicas: {replicas}, "
-            f"per-replica batch: {config.batch_size}, global batch: {global_batch}"
-        )
-        steps_per_epoch = n_train // global_batch  # full global batches only
-        if not steps_per_epoch:
-            raise distributed.DistributeError(
-                f"{n_train} training reviews do not fill one global batch of "
-                f"{global_batch}; use a smaller --batch-size or more reviews"
-            )
-
-    start = time.perf_counter()
-    split = None
-    with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        model = imdb_model.build_model(texts[:n_train], **config.model_options())
-        imdb_model.compile_model(
-            model,
-            config.epochs * steps_per_epoch,
-            learning_rate=config.learning_rate,
-        )
-        if strategy is not None:
-            split = distributed.split_preprocessing(model)
-    out = Path(config.out)
-    checkpoint = distributed.EpochCheckpoint(f"{out}.backup", model, strategy)
-    done = checkpoint.restore()
-    if done:
-        _log(f"resuming after epoch {done} from {checkpoint.folder}")
-
+    plan = distributed.plan(strategy, config.batch_size, n_train)
+    if plan.description:
+        _log(f"distribute: {config.distribute} {plan.description}")
     train_batches = imdb_model.ReviewBatches(
         texts[:n_train],
         labels[:n_train],
-        global_batch,
+        plan.global_batch,
         seed=config.seed,
         crop_rate=config.crop_rate,
     )
     val_batches = None
     if n_val:
         val_batches = imdb_model.ReviewBatches(
-            texts[n_train:], labels[n_train:], _EVAL_BATCH * replicas, shuffle=False
+            texts[n_train:],
+            labels[n_train:],
+            _EVAL_BATCH * plan.replicas,
+            shuffle=False,
         )
+
+    # The model, and the checkpoint of the last finished epoch.
+    start = time.perf_counter()
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        model = imdb_model.build_model(texts[:n_train], **options)
+        imdb_model.compile_model(
+            model,
+            config.epochs * plan.steps_per_epoch,
+            learning_rate=config.learning_rate,
+        )
+    out = Path(config.out)
+    checkpoint = distributed.EpochCheckpoint(f"{out}.backup", model, strategy)
+    done = checkpoint.restore()
+    if done:
+        _log(f"resuming after epoch {done} from {checkpoint.folder}")
     callbacks = [_EpochSeeds(), checkpoint]
     if config.tensorboard and distributed.is_chief(strategy):
         callbacks.append(keras.callbacks.TensorBoard(str(config.tensorboard)))
     callbacks += extra_callbacks
-    loop = None if strategy is None else _DistributedLoop(strategy, model, split)
+
+    # Fit on one device, or the distributed loop.
+    loop = None if strategy is None else distributed.DistributedLoop(strategy, model)
     if done >= config.epochs:  # stopped after its last checkpoint
         history = keras.callbacks.History()
     elif loop is None:
         history = model.fit(
-            _review_dataset(train_batches, range(done, config.epochs)),
-            steps_per_epoch=steps_per_epoch,
-            validation_data=None
-            if val_batches is None
-            else _review_dataset(val_batches),
+            train_batches.dataset(range(done, config.epochs)),
+            steps_per_epoch=plan.steps_per_epoch,
+            validation_data=None if val_batches is None else val_batches.dataset(),
             epochs=config.epochs,
             initial_epoch=done,
             callbacks=callbacks,
             verbose=config.verbose,
-            shuffle=False,  # _review_dataset shuffles, by (seed, epoch)
+            shuffle=False,  # ReviewBatches.dataset shuffles, by (seed, epoch)
         )
     else:
         history = loop.fit(
@@ -403,24 +393,22 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
             callbacks=callbacks,
             verbose=config.verbose,
         )
+
+    # Calibrate, save, test.
     temperature = 1.0
     if config.calibrate and n_val:
         temperature = _calibrate(model, texts[n_train:], labels[n_train:], config)
-    written = distributed.write_path(out, strategy)
-    model.save(written)
-    distributed.discard(written, strategy)
+    distributed.save(model, out, strategy)
     seconds = time.perf_counter() - start
     checkpoint.remove()
     if distributed.is_chief(strategy):
         _log(f"saved {out}; trained in {seconds:.0f} s")
-
-    if strategy is None:
+    if loop is None:
         test_logits = imdb_model.logits(model, dataset.test_texts)
-        test_labels = np.asarray(dataset.test_labels)
-        accuracy = float(np.mean((test_logits > 0) == (test_labels == 1)))
+        accuracy = imdb_model.accuracy(_sigmoid(test_logits), dataset.test_labels)
         if config.calibrate and n_val:
             ece = [
-                calibration.expected_calibration_error(_sigmoid(z), test_labels)
+                calibration.expected_calibration_error(_sigmoid(z), dataset.test_labels)
                 for z in (test_logits * temperature, test_logits)
             ]
             _log(f"test ECE (15 bins): {ece[0]:.4f} before, {ece[1]:.4f} after")
@@ -429,7 +417,7 @@ def _train(config: TrainConfig, extra_callbacks: list) -> TrainResult:
         test_batches = imdb_model.ReviewBatches(
             dataset.test_texts,
             dataset.test_labels,
-            _EVAL_BATCH * replicas,
+            _EVAL_BATCH * plan.replicas,
             shuffle=False,
         )
         accuracy = loop.evaluate(test_batches)["accuracy"]
@@ -449,7 +437,7 @@ class _EpochSeeds(keras.callbacks.Callback):
 
     At the start of each epoch every dropout seed generator of the model
     takes the state `[its seed, e * _SEED_STRIDE]`. With the batches of
-    `_review_dataset`, whose order depends on `(seed, e)` too, and the
+    `ReviewBatches.dataset`, whose order depends on `(seed, e)` too, and the
     weights and optimizer from the checkpoint, a run resumed at epoch `e`
     trains exactly as an uninterrupted one.
     """
@@ -462,213 +450,3 @@ class _EpochSeeds(keras.callbacks.Callback):
                 value = keras.ops.convert_to_numpy(state)
                 value[1:] = epoch * _SEED_STRIDE
                 state.assign(value)
-
-
-def _review_dataset(
-    batches: imdb_model.ReviewBatches,
-    epochs: range | None = None,
-    full_batches_only: bool = False,
-):
-    """The batches of the given epochs, one after the other, in `tf.data`.
-
-    Each epoch's order is made when the pipeline reaches it
-    (`batches.set_epoch`), so it never depends on when a callback runs or
-    how far ahead `tf.data` reads.
-
-    Args:
-        batches: The `ReviewBatches`.
-        epochs: The epochs (counted from 0), or `None` for one pass in the
-            current order (evaluation). Defaults to `None`.
-        full_batches_only: Whether to skip the short batches, so that every
-            step of a strategy has the global batch. Defaults to `False`.
-
-    Returns:
-        A `tf.data.Dataset` of `(texts, labels)` batches.
-    """
-    import tensorflow as tf
-
-    epochs = [None] if epochs is None else epochs
-    per_epoch = sum(
-        not full_batches_only or len(ids) == batches.batch_size
-        for ids in batches.batch_indices()
-    )  # the same in every epoch
-
-    def generate():
-        for epoch in epochs:
-            if epoch is not None:
-                batches.set_epoch(epoch)
-            for index in range(len(batches)):
-                texts, labels = batches[index]
-                if not full_batches_only or len(labels) == batches.batch_size:
-                    yield texts, labels
-
-    dataset = tf.data.Dataset.from_generator(
-        generate,
-        output_signature=(
-            tf.TensorSpec((None,), tf.string),
-            tf.TensorSpec((None,), tf.float32),
-        ),
-    )
-    known = tf.data.experimental.assert_cardinality(len(epochs) * per_epoch)
-    return dataset.apply(known)
-
-
-class _DistributedLoop:
-    """The demo's training loop under a `tf.distribute` strategy.
-
-    It serves `MirroredStrategy` and `MultiWorkerMirroredStrategy` (under
-    which Keras 3's `fit` fails, tensorflow/tensorflow#72388) and trains as
-    `fit` does on one device. Each step runs on every replica
-    (`strategy.run`): the loss of the replica's share of the global batch,
-    summed and divided by the global batch; its gradients; and the update of
-    the model's optimizer (made in `strategy.scope()`), which sums the
-    replicas' gradients. Only the token-id half of the model
-    (`split.trainable`) runs in the step; the input pipeline makes the ids.
-
-    Args:
-        strategy: The strategy; the model was built in its scope.
-        model: The whole, compiled model (its optimizer trains).
-        split: `distribute.split_preprocessing(model)`.
-    """
-
-    def __init__(self, strategy, model: keras.Model, split: distributed.Split):
-        self.strategy, self.model, self.split = strategy, model, split
-        self._evaluate_step = self._step(self._evaluate_replica)
-        self._evaluation_data = {}
-
-    def _step(self, replica_fn):
-        """A `tf.function` running `replica_fn` on the next batch of every
-        replica and summing its results over all replicas of all workers."""
-        import tensorflow as tf
-
-        @tf.function
-        def step(iterator):
-            results = self.strategy.run(replica_fn, args=next(iterator))
-            return [self.strategy.reduce("SUM", r, axis=None) for r in results]
-
-        return step
-
-    def _distributed(self, reviews):
-        return self.strategy.experimental_distribute_dataset(
-            distributed.id_dataset(self.split, reviews)
-        )
-
-    @staticmethod
-    def _sums(labels, probabilities):
-        """The summed loss, the correct answers and the reviews of a batch."""
-        import tensorflow as tf
-
-        per_review = keras.losses.binary_crossentropy(labels[:, None], probabilities)
-        predicted = tf.cast(probabilities[:, 0] > 0.5, labels.dtype)
-        correct = tf.reduce_sum(tf.cast(tf.equal(predicted, labels), tf.float32))
-        count = tf.cast(tf.size(labels), tf.float32)
-        return tf.reduce_sum(tf.cast(per_review, tf.float32)), correct, count
-
-    def _evaluate_replica(self, ids, labels):
-        return self._sums(labels, self.split.trainable(ids, training=False))
-
-    def _train_replica(self, global_batch: int):
-        import tensorflow as tf
-
-        network, optimizer = self.split.trainable, self.model.optimizer
-        replicas = self.strategy.num_replicas_in_sync
-
-        def train(ids, labels):
-            with tf.GradientTape() as tape:
-                probabilities = network(ids, training=True)
-                loss_sum, correct, count = self._sums(labels, probabilities)
-                loss = loss_sum / global_batch
-                if network.losses:  # regularisation: once over all replicas
-                    loss += tf.add_n(network.losses) / replicas
-                scaled = optimizer.scale_loss(loss)
-            gradients = tape.gradient(scaled, network.trainable_variables)
-            optimizer.apply_gradients(
-                zip(gradients, network.trainable_variables, strict=True)
-            )
-            return loss_sum, correct, count
-
-        return train
-
-    @staticmethod
-    def _logs(totals: np.ndarray) -> dict[str, float]:
-        loss_sum, correct, count = totals
-        return {"loss": loss_sum / count, "accuracy": correct / count}
-
-    def evaluate(self, batches: imdb_model.ReviewBatches) -> dict[str, float]:
-        """Loss and accuracy on `batches`, computed by all workers together.
-
-        Every review is counted once: the workers share each batch, a short
-        one included, and the counts are summed over all of them.
-
-        Returns:
-            `{"loss": ..., "accuracy": ...}`.
-        """
-        if id(batches) not in self._evaluation_data:
-            self._evaluation_data[id(batches)] = self._distributed(
-                _review_dataset(batches)
-            )
-        iterator = iter(self._evaluation_data[id(batches)])
-        totals = np.zeros(3)
-        for _ in range(len(batches)):
-            totals += [float(x) for x in self._evaluate_step(iterator)]
-        if totals[2] != len(batches.texts):
-            raise distributed.DistributeError(
-                f"distributed evaluation counted {totals[2]:.0f} of "
-                f"{len(batches.texts)} reviews"
-            )
-        return self._logs(totals)
-
-    def fit(
-        self,
-        train_batches: imdb_model.ReviewBatches,
-        val_batches: imdb_model.ReviewBatches | None,
-        *,
-        epochs: int,
-        initial_epoch: int,
-        callbacks: list,
-        verbose: str | int,
-    ) -> keras.callbacks.History:
-        """Trains as `fit` would; the callbacks get what `fit` gives them.
-
-        The chief shows Keras's progress bar; each epoch's logs hold the
-        training and validation loss and accuracy.
-
-        Returns:
-            The `History` of the epochs it ran.
-        """
-        global_batch = train_batches.batch_size
-        steps = len(train_batches.texts) // global_batch  # full batches only
-        train_step = self._step(self._train_replica(global_batch))
-        history = keras.callbacks.History()
-        chief = distributed.is_chief(self.strategy)
-        callback_list = keras.callbacks.CallbackList(
-            [*callbacks, history],
-            add_progbar=chief and verbose != 0,
-            model=self.model,
-            verbose=verbose if chief else 0,
-            epochs=epochs,
-            steps=steps,
-        )
-        self.model.stop_training = False
-        logs = {}
-        reviews = _review_dataset(
-            train_batches, range(initial_epoch, epochs), full_batches_only=True
-        )
-        iterator = iter(self._distributed(reviews))
-        callback_list.on_train_begin()
-        for epoch in range(initial_epoch, epochs):
-            callback_list.on_epoch_begin(epoch)
-            totals = np.zeros(3)
-            for step in range(steps):
-                callback_list.on_train_batch_begin(step)
-                totals += [float(x) for x in train_step(iterator)]
-                callback_list.on_train_batch_end(step, self._logs(totals))
-            logs = self._logs(totals)
-            if val_batches is not None:
-                val = self.evaluate(val_batches)
-                logs.update({f"val_{k}": v for k, v in val.items()})
-            callback_list.on_epoch_end(epoch, logs)
-            if self.model.stop_training:
-                break
-        callback_list.on_train_end(logs)
-        return history

@@ -304,13 +304,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         use_causal_mask=False,
     ):
         key = value if key is None else key
-        if return_attention_scores and self._flash_attention:
-            raise ValueError(
-                "Returning attention scores is not supported when flash "
-                "attention is enabled. Please disable flash attention to access"
-                " attention scores. Received: "
-                f"flash_attention={self._flash_attention}"
-            )
+        self._check_scores_allowed(return_attention_scores)
         for name, mask, tensor in (
             ("query_mask", query_mask, query),
             ("value_mask", value_mask, value),
@@ -364,6 +358,16 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             return output, scores
         return output
 
+    def _check_scores_allowed(self, return_attention_scores) -> None:
+        """Raises Keras's error for attention scores under flash attention."""
+        if return_attention_scores and self._flash_attention:
+            raise ValueError(
+                "Returning attention scores is not supported when flash "
+                "attention is enabled. Please disable flash attention to access"
+                " attention scores. Received: "
+                f"flash_attention={self._flash_attention}"
+            )
+
     def _compute_attention(
         self,
         query,
@@ -382,12 +386,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         passes to this class's own hook). Returns `(output, scores)`, the
         scores `None` unless `return_attention_scores`.
         """
-        if self._flash_attention and return_attention_scores:
-            raise ValueError(
-                "Returning attention scores is not supported when flash "
-                "attention is enabled. Please disable flash attention to access"
-                " attention scores."
-            )
+        self._check_scores_allowed(return_attention_scores)
         rank = len(query.shape)
         axes = self._normalized_attention_axes(rank)
         flat = _Flattening(rank, axes)

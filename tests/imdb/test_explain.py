@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import keras
 import matplotlib
 import numpy as np
 import pytest
 
 from keras_selfattn.imdb import explain
+from keras_selfattn.imdb import model as imdb_model
 from keras_selfattn.imdb.model import build_model
 from tests.helpers import png_size
 
@@ -106,3 +108,39 @@ def test_a_text_with_no_token_is_explained_as_nothing():
     result = explain.explain(model, "$$$ ###")
     assert result.tokens == [] and len(result.weights) == 0
     assert 0.0 < result.probability < 1.0
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"num_layers": 1, "bigram_vocab_size": 0},
+        {"num_layers": 2, "pooling_heads": 2, "bigram_vocab_size": 20, "seed": 3},
+    ],
+)
+def test_the_explanation_adds_up_to_the_models_own_prediction(tmp_path, options):
+    texts = ["a great film , i loved it .", "boring and far too long ."] * 3
+    model = build_model(texts, vocab_size=30, max_len=12, embed_dim=8, **options)
+    text = "a great film , far too long ."
+    result = explain.explain(model, text)
+    classifier = model.get_layer(imdb_model.CLASSIFIER)
+    bias = float(np.asarray(classifier.bias)[0])
+    (logit,) = imdb_model.logits(model, [text])
+    np.testing.assert_allclose(result.contributions.sum() + bias, logit, atol=1e-5)
+    (probability,) = model.predict(np.array([text], dtype=object), verbose=0)[:, 0]
+    assert result.probability == pytest.approx(float(probability), abs=1e-6)
+    assert len(result.tokens) == len(result.weights) == len(result.contributions)
+    assert result.head_maps.shape == (2, len(result.tokens), len(result.tokens))
+    np.testing.assert_allclose(result.weights.sum(), 1.0, atol=1e-5)
+    # The explainer is built once per model and shares the model's weights.
+    sub = explain.explainer(model)
+    assert explain.explainer(model) is sub
+    assert {id(w) for w in sub.weights} <= {id(w) for w in model.weights}
+    # A reloaded model explains the same, also as the first model of a
+    # session (as in the server): its operations then get the first names,
+    # and an explainer that made a second mask operation would clash.
+    model.save(tmp_path / "m.keras")
+    keras.backend.clear_session()
+    again = explain.explain(imdb_model.load(tmp_path / "m.keras"), text)
+    assert again.tokens == result.tokens
+    np.testing.assert_allclose(again.contributions, result.contributions, atol=1e-6)
+    np.testing.assert_allclose(again.head_maps, result.head_maps, atol=1e-6)

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from keras_selfattn.imdb import cli
-from keras_selfattn.imdb.export import label_of
-from keras_selfattn.imdb.model import load
+from keras_selfattn.imdb.model import label_of, load
 from tests.imdb.serving import NEGATIVE, POSITIVE, run_python
 
 pytestmark = pytest.mark.tensorflow_only

@@ -125,3 +125,27 @@ def test_evaluate_matches_the_labels_in_their_own_order():
     labels[[0, 1, 5]] = 1 - labels[[0, 1, 5]]  # three wrong answers
     accuracy = imdb_model.evaluate(_SaysGreat(), texts, labels, batch_size=5)
     assert accuracy == pytest.approx(9 / 12)
+
+
+def test_review_batches_keep_the_reviews_and_batch_the_epochs_crops():
+    reviews = [
+        f"Review {i} starts here. It goes on. And on. It ends." for i in range(20)
+    ]
+    batches = ReviewBatches(reviews, np.arange(20) % 2, 5, seed=1, crop_rate=1.0)
+    assert list(batches.reviews) == reviews  # as given, in every epoch
+    first = list(batches.epoch_texts)
+    assert all(crop in review for crop, review in zip(first, reviews, strict=True))
+    assert first != reviews  # every review cropped to one to three sentences
+    texts, _ = batches[0]
+    assert {t.decode() for t in texts.numpy()} <= set(first)
+    batches.set_epoch(1)
+    assert list(batches.reviews) == reviews and list(batches.epoch_texts) != first
+    batches.set_epoch(0)
+    assert list(batches.epoch_texts) == first  # epoch e's crops depend on e only
+
+
+def test_the_verdict_is_above_the_threshold():
+    assert imdb_model.label_of(0.5) == imdb_model.NEGATIVE
+    assert imdb_model.label_of(0.5000001) == imdb_model.POSITIVE
+    probabilities = np.array([0.9, 0.5, 0.2, 0.7])
+    assert imdb_model.accuracy(probabilities, [1, 1, 0, 0]) == 0.5
