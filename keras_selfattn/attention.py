@@ -607,7 +607,12 @@ def scaled_dot_product_attention(
 
     A 3-D `(batch, seq, dim)` input is one head and its output comes back 3-D.
     `key` and `value` may be longer or shorter than `query`; `value_dim` may
-    differ from `dim`.
+    differ from `dim`. They may also have fewer heads than `query`
+    (grouped-query attention): `kv_heads`, a divisor of `heads`, with query
+    head `h` using kv head `h // (heads // kv_heads)`, as
+    `keras.layers.GroupQueryAttention` repeats them. The kernel never builds
+    that repeated copy on its plain and chunked paths: it views the queries
+    as `(batch, q_len, kv_heads, groups, dim)`.
 
     The logits Q Kᵀ are multiplied by `scale` before the softmax; `scale`
     defaults to `1 / sqrt(d_k)`, where `d_k` is `dim`, the size of one key
@@ -657,8 +662,10 @@ def scaled_dot_product_attention(
     Args:
         query: Query tensor, `(batch, q_len, heads, dim)` or
             `(batch, q_len, dim)`.
-        key: Key tensor, `(batch, k_len, heads, dim)` or `(batch, k_len, dim)`.
-        value: Value tensor, `(batch, k_len, heads, value_dim)` or
+        key: Key tensor, `(batch, k_len, kv_heads, dim)` or
+            `(batch, k_len, dim)`; `kv_heads` divides `heads` (equal to it
+            for multi-head attention).
+        value: Value tensor, `(batch, k_len, kv_heads, value_dim)` or
             `(batch, k_len, value_dim)`.
         mask: Optional boolean tensor, True = may attend, broadcastable to
             `(batch, heads, q_len, k_len)`. A 3-D mask is read as
