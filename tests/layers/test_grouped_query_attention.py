@@ -120,6 +120,9 @@ def test_parity_with_separate_key(rng):
     _assert_close(ours(q, v, k), theirs(q, v, k))
 
 
+# Keras's own layer warns that its projections drop the Keras mask; ours
+# does not (the masks are applied in `call`).
+@pytest.mark.filterwarnings("ignore:Layer '(query|key|value)' .* mask:UserWarning")
 def test_parity_with_keras_masks_at_real_positions(rng):
     # Keras masks from Embedding(mask_zero=True). Keras gives padded queries a
     # softmax over large negative numbers; we give zeros. Real positions agree.
