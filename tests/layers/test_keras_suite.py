@@ -55,16 +55,15 @@ KerasGroupedQueryAttentionTest = _load_suite(
 )
 
 
-def _check_swap(source: Path, keras_name: str, min_uses: int, suite: type) -> None:
+def _check_swap(
+    source: Path, keras_name: str, min_uses: int, suite: type, aliases=()
+) -> None:
     code = source.read_text()
     assert code.count(f"layers.{keras_name}") >= min_uses, "Keras's test file moved on"
     # No other way to Keras's class is left: no bare `Name(` call, no import
-    # of it, and no use of its other public name.
+    # of it, no attribute access to it, under its name or its `aliases`.
     swapped = _swapped(code, keras_name)
-    names = {keras_name, "GroupQueryAttention", "GroupedQueryAttention"}
-    if keras_name == "MultiHeadAttention":
-        names = {keras_name}
-    for name in names:
+    for name in (keras_name, *aliases):
         bare_use = rf"(?<![\w.])\b{name}\s*\(|import[^\n]*\b{name}\b|\.{name}\b"
         assert not re.search(bare_use, swapped), name
     assert suite.__module__ == f"keras_{source.stem}"
@@ -77,4 +76,11 @@ def test_the_suite_builds_only_our_layer():
 
 @pytest.mark.backend_independent
 def test_the_gqa_suite_builds_only_our_layer():
-    _check_swap(GQA_SOURCE, "GroupedQueryAttention", 20, KerasGroupedQueryAttentionTest)
+    # Keras exports the class as `keras.layers.GroupQueryAttention` too.
+    _check_swap(
+        GQA_SOURCE,
+        "GroupedQueryAttention",
+        20,
+        KerasGroupedQueryAttentionTest,
+        aliases=("GroupQueryAttention",),
+    )
