@@ -6,6 +6,8 @@ Public API:
 - `masked_softmax`: the kernel's float32, mask-aware softmax on its own.
 - `SelfAttention`: self-attention on one tensor (fits `keras.Sequential`).
 - `MultiHeadAttention`: a drop-in for `keras.layers.MultiHeadAttention`.
+- `GroupQueryAttention`: a drop-in for `keras.layers.GroupQueryAttention`
+  (grouped-query attention; Keras 3.15 or newer).
 - `AttentionPooling`: a learned, mask-aware attention-weighted average over time.
 - `TokenAndPositionEmbedding`: token plus position embedding, padding id 0 masked.
 - `TransformerEncoder`: one encoder block on this package's attention.
@@ -17,6 +19,7 @@ Public API:
 from keras_selfattn import text as _text  # noqa: F401
 from keras_selfattn.attention import masked_softmax, scaled_dot_product_attention
 from keras_selfattn.layers.encoder import TransformerEncoder
+from keras_selfattn.layers.grouped_query_attention import GroupQueryAttention
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.layers.pooling import AttentionPooling
 from keras_selfattn.layers.position import TokenAndPositionEmbedding
@@ -27,6 +30,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AttentionPooling",
+    "GroupQueryAttention",
     "MultiHeadAttention",
     "SelfAttention",
     "TokenAndPositionEmbedding",

@@ -3,8 +3,8 @@
 `keras_selfattn.attention` is written with `keras.ops`; where a backend needs
 something of its own, the kernel calls one of these functions:
 
-- `fused_attention` (and `fused_keeps_float32`): the backend's fused
-  attention kernel
+- `fused_attention` (and `fused_keeps_float32`, `fused_takes_grouped_heads`):
+  the backend's fused attention kernel
   (`keras.ops.dot_product_attention`, which JAX and PyTorch back with cuDNN,
   flash or memory-efficient kernels; TensorFlow has none).
 - `xla_fused`: XLA fusion of the chunked path's per-block elementwise math
@@ -53,13 +53,37 @@ def fused_keeps_float32(query) -> bool:
     return False
 
 
+def fused_takes_grouped_heads() -> bool:
+    """Whether the fused kernel takes `key` and `value` with fewer heads than
+    `query` (grouped-query attention) without repeating them.
+
+    JAX's `jax.nn.dot_product_attention` (XLA and cuDNN) contracts grouped
+    heads as they are. Keras's PyTorch backend repeats them itself (and
+    leaves a single kv head to broadcasting), and older JAX releases,
+    without `jax.nn.dot_product_attention`, fall back to code that needs
+    equal heads: there the heads are repeated here.
+    """
+    if keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return hasattr(jax.nn, "dot_product_attention")
+
+
 def fused_attention(query, key, value, mask, scale, flash_attention):
     """The backend's fused kernel on 4-D (batch, seq, heads, dim) inputs.
 
-    Returns the output in the dtype of `value`. Rows with no allowed key
-    come back as the kernel makes them (a uniform average): the caller
-    zeroes them.
+    `key` and `value` may have fewer heads than `query`, a divisor of its
+    (query head `h` uses kv head `h // groups`); they are repeated to the
+    query's heads only where the kernel cannot take them grouped
+    (`fused_takes_grouped_heads`). Returns the output in the dtype of
+    `value`. Rows with no allowed key come back as the kernel makes them (a
+    uniform average): the caller zeroes them.
     """
+    groups = query.shape[2] // key.shape[2]
+    if groups > 1 and not fused_takes_grouped_heads():
+        key = ops.repeat(key, groups, axis=2)
+        value = ops.repeat(value, groups, axis=2)
     output = ops.dot_product_attention(
         query,
         key,

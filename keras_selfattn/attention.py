@@ -94,13 +94,20 @@ def _validate_shapes(query, key, value) -> None:
             f"<tensor of shape {v_shape}>",
         )
     if rank == 4:
-        for name, shape in (("key", k_shape), ("value", v_shape)):
-            if _clash(q_shape[2], shape[2]):
-                raise _invalid(
-                    name,
-                    f"the same number of heads as `query` ({q_shape[2]})",
-                    f"<tensor of shape {shape}>",
-                )
+        heads, kv_heads = q_shape[2], k_shape[2]
+        if heads is None or kv_heads is None or heads % kv_heads:
+            raise _invalid(
+                "key",
+                f"a known number of heads that divides `query`'s ({heads}): "
+                "each group of query heads shares one key and value head",
+                f"<tensor of shape {k_shape}>",
+            )
+        if _clash(kv_heads, v_shape[2]):
+            raise _invalid(
+                "value",
+                f"the same number of heads as `key` ({kv_heads})",
+                f"<tensor of shape {v_shape}>",
+            )
     for name, shape in (("key", k_shape), ("value", v_shape)):
         if _clash(q_shape[0], shape[0]):
             raise _invalid(
@@ -179,10 +186,34 @@ def _positional_mask(q_len, k_len, causal, sliding_window):
     return ops.expand_dims(ops.expand_dims(mask, 0), 0)
 
 
+def _split_heads(x, axis, groups):
+    """Splits the heads axis `axis` of `x` into (heads // groups, groups)."""
+    if groups == 1:
+        return ops.expand_dims(x, axis + 1)
+    shape = list(ops.shape(x))  # Dynamic where unknown.
+    shape[axis : axis + 1] = [x.shape[axis] // groups, groups]
+    return ops.reshape(x, [-1, *shape[1:]])
+
+
+def _merge_heads(x, axis):
+    """Merges the axes `axis` and `axis + 1` of `x` (kv heads, groups) into
+    one heads axis: query head `h` is kv head `h // groups`, group `h % groups`."""
+    groups = x.shape[axis + 1]
+    if groups == 1:
+        return ops.squeeze(x, axis + 1)
+    shape = list(ops.shape(x))
+    shape[axis : axis + 2] = [x.shape[axis] * groups]
+    return ops.reshape(x, [-1, *shape[1:]])
+
+
 def _plain_attention(
     query, key, value, mask, padding_mask, scale, dropout, training, seed, return_scores
 ):
     """softmax(Q Kᵀ · scale) V with the full (B, H, Tq, Tk) weight matrix.
+
+    With grouped heads (`key` and `value` have `kv_heads` heads) the queries
+    are viewed as (B, Tq, kv_heads, groups, D) and both products contract with
+    the kv heads as they are: no repeated copy of them is built.
 
     One masked pass before the softmax: padded keys get `_MASKED_LOGIT` added
     (`padding_mask`, (B, Tk)), other masked pairs are replaced by it (`mask`,
@@ -196,9 +227,9 @@ def _plain_attention(
     if compute_dtype != "float32":
         query = ops.cast(query, "float32")
         key = ops.cast(key, "float32")
-    logits = ops.einsum(
-        "bqhd,bkhd->bhqk", ops.multiply(query, ops.cast(scale, "float32")), key
-    )
+    groups = query.shape[2] // key.shape[2]
+    query = _split_heads(ops.multiply(query, ops.cast(scale, "float32")), 2, groups)
+    logits = _merge_heads(ops.einsum("bqhgd,bkhd->bhgqk", query, key), 1)
     if padding_mask is not None:
         # The bias first: Keras's TensorFlow `add` takes a second argument that
         # squeezes to one axis for a bias of the first one's axis 1 or last
@@ -223,7 +254,8 @@ def _plain_attention(
         scores = ops.cast(scores, compute_dtype)
     if training and dropout > 0.0:
         weights = keras.random.dropout(weights, dropout, seed=seed)
-    output = ops.einsum("bhqk,bkhd->bqhd", ops.cast(weights, value.dtype), value)
+    weights = _split_heads(ops.cast(weights, value.dtype), 1, groups)
+    output = _merge_heads(ops.einsum("bhgqk,bkhd->bqhgd", weights, value), 2)
     if has_key is not None:
         has_key = ops.transpose(has_key, (0, 2, 1, 3))  # (B|1, Tq|1, H|1, 1)
         output = ops.multiply(output, ops.cast(has_key, output.dtype))
@@ -344,25 +376,29 @@ def _chunked_attention(
     block, from indices. So no (q_len, k_len) tensor is ever built, and none
     from padding at all. Everything runs in float32 and the output comes back
     in the dtype of `value`.
+
+    The queries are held as (B, kv_heads, groups, Tq, D), so that grouped
+    `key` and `value` heads (fewer than the query's) are contracted as they
+    are, never repeated; without groups the `groups` axis has size 1.
     """
     q_len, k_len = int(query.shape[1]), int(key.shape[1])
     heads, dim, value_dim = query.shape[2], query.shape[3], value.shape[3]
+    kv_heads = key.shape[2]
+    groups = heads // kv_heads
     size = min(chunk_size, k_len)
     num_blocks = -(-k_len // size)
     padding = num_blocks * size - k_len
 
     def blocks(x):
-        """(B, Tk, H, D) -> (num_blocks, B, H, size, D), float32."""
+        """(B, Tk, Hkv, D) -> (num_blocks, B, Hkv, size, D), float32."""
         x = ops.cast(x, "float32")
         if padding:
             x = ops.pad(x, ((0, 0), (0, padding), (0, 0), (0, 0)))
         x = ops.reshape(x, (-1, num_blocks, size, *x.shape[2:]))
         return ops.transpose(x, (1, 0, 3, 2, 4))
 
-    q = ops.transpose(
-        ops.multiply(ops.cast(query, "float32"), ops.cast(scale, "float32")),
-        (0, 2, 1, 3),
-    )
+    q = ops.multiply(ops.cast(query, "float32"), ops.cast(scale, "float32"))
+    q = ops.transpose(_split_heads(q, 2, groups), (0, 2, 3, 1, 4))
     k_blocks, v_blocks = blocks(key), blocks(value)
     block_ids = ops.arange(num_blocks, dtype="int32")
     batch = query.shape[0]
@@ -371,17 +407,20 @@ def _chunked_attention(
     # The user mask is cut into key blocks too, unless it broadcasts over keys.
     mask_blocks = constant_mask = None
     if mask is not None:
+        # (B|1, H|1, Tq, Tk|1) -> (B|1, kv_heads|1, groups|1, Tq, Tk|1).
+        if mask.shape[1] == 1:
+            mask = ops.expand_dims(mask, 2)
+        else:
+            mask = _split_heads(mask, 1, groups)
         if mask.shape[-1] == 1:
             constant_mask = mask
         else:
             m = mask
             if padding:
-                m = ops.pad(
-                    m, ((0, 0), (0, 0), (0, 0), (0, padding)), constant_values=False
-                )
-            lead = tuple(ops.shape(m)[:3])  # Dynamic where unknown.
+                m = ops.pad(m, ((0, 0),) * 4 + ((0, padding),), constant_values=False)
+            lead = tuple(ops.shape(m)[:4])  # Dynamic where unknown.
             m = ops.reshape(m, (*lead, num_blocks, size))
-            mask_blocks = ops.transpose(m, (3, 0, 1, 2, 4))
+            mask_blocks = ops.transpose(m, (4, 0, 1, 2, 3, 5))
     # Padded keys, and the columns that pad the last block, get a bias.
     bias_blocks = None
     if padding_mask is not None or padding:
@@ -392,8 +431,8 @@ def _chunked_attention(
             real = ops.pad(real, ((0, 0), (0, padding)), constant_values=False)
         bias = _padding_bias(real)
         lead = ops.shape(bias)[0]  # Dynamic where unknown.
-        bias = ops.reshape(bias, (lead, num_blocks, 1, 1, size))
-        bias_blocks = ops.transpose(bias, (1, 0, 2, 3, 4))
+        bias = ops.reshape(bias, (lead, num_blocks, 1, 1, 1, size))
+        bias_blocks = ops.transpose(bias, (1, 0, 2, 3, 4, 5))
     positional = causal or sliding_window is not None
     rows = ops.expand_dims(ops.arange(q_len, dtype="int32"), 1)
     offsets = ops.expand_dims(ops.arange(size, dtype="int32"), 0)
@@ -404,7 +443,7 @@ def _chunked_attention(
         if positional:
             cols = ops.add(ops.multiply(block, size), offsets)
             rule = _position_rule(rows, cols, causal, sliding_window)
-            rule = ops.expand_dims(ops.expand_dims(rule, 0), 0)
+            rule = ops.reshape(rule, (1, 1, 1, *rule.shape))
             result = rule if result is None else ops.logical_and(result, rule)
         return result
 
@@ -430,12 +469,13 @@ def _chunked_attention(
         def step(carry, x):
             running_max, running_sum, acc = carry
             k_block, v_block, block, bias, mask_block = unpack(x)
-            s = ops.einsum("bhqd,bhkd->bhqk", q, k_block)
+            s = ops.einsum("bhgqd,bhkd->bhgqk", q, k_block)
             keep = allowed(block, mask_block)
             p, new_max, correction, running_sum = _backend.xla_fused(
                 _online_softmax_block
             )(s, bias, keep, running_max, running_sum)
-            acc = ops.add(ops.multiply(acc, correction), ops.matmul(p, v_block))
+            pv = ops.einsum("bhgqk,bhkd->bhgqd", p, v_block)
+            acc = ops.add(ops.multiply(acc, correction), pv)
             return (new_max, running_sum, acc), ()
 
         column = ops.zeros_like(q[..., :1])
@@ -463,19 +503,20 @@ def _chunked_attention(
         def step(carry, x):
             (d_q,) = carry
             k_block, v_block, block, bias, mask_block = unpack(x)
-            s = ops.einsum("bhqd,bhkd->bhqk", q, k_block)
+            s = ops.einsum("bhgqd,bhkd->bhgqk", q, k_block)
             keep = allowed(block, mask_block)
             p = _backend.xla_fused(_block_weights)(s, bias, keep, lse)
-            d_v = ops.einsum("bhqk,bhqd->bhkd", p, d_out)
-            d_p = ops.einsum("bhqd,bhkd->bhqk", d_out, v_block)
+            # The kv heads' gradients sum over their groups of query heads.
+            d_v = ops.einsum("bhgqk,bhgqd->bhkd", p, d_out)
+            d_p = ops.einsum("bhgqd,bhkd->bhgqk", d_out, v_block)
             d_s = _backend.xla_fused(_block_logit_grads)(p, d_p, delta)
-            d_q = ops.add(d_q, ops.matmul(d_s, k_block))
-            d_k = ops.einsum("bhqk,bhqd->bhkd", d_s, q)
+            d_q = ops.add(d_q, ops.einsum("bhgqk,bhkd->bhgqd", d_s, k_block))
+            d_k = ops.einsum("bhgqk,bhgqd->bhkd", d_s, q)
             return (d_q,), (d_k, d_v)
 
         specs = (
-            ((None, heads, size, dim), "float32"),
-            ((None, heads, size, value_dim), "float32"),
+            ((None, kv_heads, size, dim), "float32"),
+            ((None, kv_heads, size, value_dim), "float32"),
         )
         (d_q,), (d_k, d_v) = _backend.scan_blocks(
             step, (ops.zeros_like(q),), (k_blocks, v_blocks, *xs[2:]), specs, work
@@ -500,7 +541,8 @@ def _chunked_attention(
         output = attend(q, k_blocks, v_blocks)
     else:
         output, _ = forward(q, k_blocks, v_blocks)
-    return ops.cast(ops.transpose(output, (0, 2, 1, 3)), value.dtype)
+    output = _merge_heads(ops.transpose(output, (0, 3, 1, 2, 4)), 2)
+    return ops.cast(output, value.dtype)
 
 
 def _query_has_key(mask):
@@ -582,7 +624,12 @@ def scaled_dot_product_attention(
 
     A 3-D `(batch, seq, dim)` input is one head and its output comes back 3-D.
     `key` and `value` may be longer or shorter than `query`; `value_dim` may
-    differ from `dim`.
+    differ from `dim`. They may also have fewer heads than `query`
+    (grouped-query attention): `kv_heads`, a divisor of `heads`, with query
+    head `h` using kv head `h // (heads // kv_heads)`, as
+    `keras.layers.GroupQueryAttention` repeats them. The kernel never builds
+    that repeated copy on its plain and chunked paths: it views the queries
+    as `(batch, q_len, kv_heads, groups, dim)`.
 
     The logits Q Kᵀ are multiplied by `scale` before the softmax; `scale`
     defaults to `1 / sqrt(d_k)`, where `d_k` is `dim`, the size of one key
@@ -632,8 +679,10 @@ def scaled_dot_product_attention(
     Args:
         query: Query tensor, `(batch, q_len, heads, dim)` or
             `(batch, q_len, dim)`.
-        key: Key tensor, `(batch, k_len, heads, dim)` or `(batch, k_len, dim)`.
-        value: Value tensor, `(batch, k_len, heads, value_dim)` or
+        key: Key tensor, `(batch, k_len, kv_heads, dim)` or
+            `(batch, k_len, dim)`; `kv_heads` divides `heads` (equal to it
+            for multi-head attention).
+        value: Value tensor, `(batch, k_len, kv_heads, value_dim)` or
             `(batch, k_len, value_dim)`.
         mask: Optional boolean tensor, True = may attend, broadcastable to
             `(batch, heads, q_len, k_len)`. A 3-D mask is read as

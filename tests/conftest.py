@@ -89,18 +89,25 @@ def subprocess_env():
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Prints how Keras's own MultiHeadAttention tests fare on ours."""
-    counts = {}
-    for outcome in ("passed", "failed", "skipped", "error"):
-        counts[outcome] = sum(
-            "test_keras_suite.py::KerasMultiHeadAttentionTest::" in report.nodeid
-            and getattr(report, "when", "call") in ("call", "setup")
-            for report in terminalreporter.stats.get(outcome, [])
-        )
-    total = sum(counts.values())
-    if total:
-        listed = ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n)
-        terminalreporter.write_line(
-            f"Keras's multi_head_attention_test.py on keras_selfattn"
-            f".MultiHeadAttention ({BACKEND}): {listed} of {total}"
-        )
+    """Prints how Keras's own attention tests fare on ours, one line a suite."""
+    suites = (
+        ("KerasMultiHeadAttentionTest", "multi_head_attention_test.py",
+         "MultiHeadAttention"),
+        ("KerasGroupedQueryAttentionTest", "grouped_query_attention_test.py",
+         "GroupQueryAttention"),
+    )  # fmt: skip
+    for test_class, keras_file, ours in suites:
+        counts = {}
+        for outcome in ("passed", "failed", "skipped", "error"):
+            counts[outcome] = sum(
+                f"test_keras_suite.py::{test_class}::" in report.nodeid
+                and getattr(report, "when", "call") in ("call", "setup")
+                for report in terminalreporter.stats.get(outcome, [])
+            )
+        total = sum(counts.values())
+        if total:
+            listed = ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n)
+            terminalreporter.write_line(
+                f"Keras's {keras_file} on keras_selfattn.{ours} ({BACKEND}): "
+                f"{listed} of {total}"
+            )

@@ -10,13 +10,18 @@ def reference_attention(
 ):
     """softmax(Q Kᵀ · scale) V, written the obvious way.
 
-    Shapes (B, T, H, D) or (B, T, D). Returns (output, weights) with weights
-    (B, H, Tq, Tk). Rows that may attend to nothing give zeros.
+    Shapes (B, T, H, D) or (B, T, D). `key` and `value` may have fewer heads
+    than `query` (grouped-query attention): query head `h` uses their head
+    `h // (H // kv_heads)`, here by repeating them as Keras's layer does.
+    Returns (output, weights) with weights (B, H, Tq, Tk). Rows that may
+    attend to nothing give zeros.
     """
     q, k, v = (np.asarray(t, dtype=np.float64) for t in (query, key, value))
     squeezed = q.ndim == 3
     if squeezed:
         q, k, v = q[:, :, None], k[:, :, None], v[:, :, None]
+    groups = q.shape[2] // k.shape[2]
+    k, v = np.repeat(k, groups, axis=2), np.repeat(v, groups, axis=2)
     batch, q_len, heads, dim = q.shape
     k_len = k.shape[1]
     scale = 1.0 / np.sqrt(dim) if scale is None else scale

@@ -114,6 +114,27 @@ _MHA_ARGUMENTS = {
     "chunk_size": 4,
 }
 
+_GQA_ARGUMENTS = {
+    "head_dim": 4,
+    "num_query_heads": 4,
+    "num_key_value_heads": 2,
+    "dropout": 0.1,
+    "use_bias": False,
+    "sliding_window": 3,
+    "flash_attention": False,
+    "kernel_initializer": _INITIALIZER,
+    "bias_initializer": _INITIALIZER,
+    "kernel_regularizer": _REGULARIZER,
+    "bias_regularizer": _REGULARIZER,
+    "activity_regularizer": _REGULARIZER,
+    "kernel_constraint": _CONSTRAINT,
+    "bias_constraint": _CONSTRAINT,
+    "use_gate": True,
+    "seed": 5,
+    "scale": 0.5,
+    "chunk_size": 4,
+}
+
 CASES = [
     LayerCase(
         name="SelfAttention_1head",
@@ -147,6 +168,30 @@ CASES = [
         apply=_mha_self_call,
         output_dim=6,
         arguments=_MHA_ARGUMENTS,
+        sequential=False,
+    ),
+    LayerCase(
+        name="GroupQueryAttention",
+        make=lambda: keras_selfattn.GroupQueryAttention(
+            head_dim=4, num_query_heads=4, num_key_value_heads=2
+        ),
+        apply=_mha_self_call,
+        output_dim=FEATURES,
+        arguments=_GQA_ARGUMENTS,
+        sequential=False,
+    ),
+    LayerCase(
+        name="GroupQueryAttention_mqa_gate_window",
+        make=lambda: keras_selfattn.GroupQueryAttention(
+            head_dim=4,
+            num_query_heads=4,
+            num_key_value_heads=1,
+            use_gate=True,
+            sliding_window=2,
+        ),
+        apply=_mha_self_call,
+        output_dim=FEATURES,
+        arguments=_GQA_ARGUMENTS,
         sequential=False,
     ),
     LayerCase(
