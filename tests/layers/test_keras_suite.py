@@ -1,7 +1,8 @@
 """Keras's own MultiHeadAttention tests, run against ours.
 
 The test file belongs to Keras and changes with it, so it is read from the
-installed Keras at run time (never copied here): every
+installed Keras at run time (never copied here; a Keras whose wheel lacks it,
+the floor's, has a copy in `keras_upstream/`): every
 `layers.MultiHeadAttention` in it becomes `keras_selfattn.MultiHeadAttention`,
 subclasses in it included, and its test class runs as it is: every test must
 pass, none is excused (the only skips are Keras's own). A test below checks
@@ -27,6 +28,12 @@ SOURCE = (
     / "attention"
     / "multi_head_attention_test.py"
 )
+if not SOURCE.exists():  # Keras's wheels before 3.15 lack it: the floor's copy
+    SOURCE = (
+        Path(__file__).parent
+        / "keras_upstream"
+        / f"multi_head_attention_test-{keras.__version__}.py.txt"
+    )
 
 
 def _swapped(code: str) -> str:
