@@ -27,11 +27,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from keras_selfattn import _launcher
+
 if TYPE_CHECKING:  # imported lazily: Keras must not load before the setup
     from keras_selfattn.imdb.train import TrainConfig
 
-PROG = "keras-selfattn"
-EXIT_USAGE = 2
+PROG = _launcher.PROG
+EXIT_USAGE = _launcher.EXIT_USAGE
 EXIT_INTERRUPTED = 130
 
 
@@ -47,9 +49,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _setup_environment() -> None:
-    """Quiet TensorFlow and pick its backend, before Keras is imported."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    """The demo installed, TensorFlow its backend (`keras_selfattn._launcher`)."""
+    _launcher.check_demo_installed()
+    _launcher.set_environment()
+    _launcher.start_tensorflow()
     import keras
 
     if keras.backend.backend() != "tensorflow":
