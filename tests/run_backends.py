@@ -81,6 +81,19 @@ def floor_python(floor: str, home: Path = ROOT / ".keras-floor") -> Path:
         return python
     make = [sys.executable, "-m", "venv", "--clear", "--without-pip", str(venv)]
     subprocess.run(make, check=True)
+    own = layer_on_running_environment(python)
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
+    subprocess.run([*pip, "--target", own, f"keras=={floor}"], check=True)
+    done.write_text(f"keras=={floor}\n")
+    return python
+
+
+def layer_on_running_environment(python: Path) -> Path:
+    """Lets the venv of `python` see the running environment's packages.
+
+    A `.pth` file in the venv's site-packages adds the running one's after
+    it: what the venv holds itself comes first. Returns that site-packages.
+    """
     where = "import sysconfig; print(sysconfig.get_path('purelib'))"
     own = subprocess.run(
         [python, "-c", where], check=True, capture_output=True, text=True
@@ -88,10 +101,7 @@ def floor_python(floor: str, home: Path = ROOT / ".keras-floor") -> Path:
     running = site.getsitepackages()
     lines = [f"import site; site.addsitedir({path!r})\n" for path in running]
     (Path(own) / "running_environment.pth").write_text("".join(lines))
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
-    subprocess.run([*pip, "--target", own, f"keras=={floor}"], check=True)
-    done.write_text(f"keras=={floor}\n")
-    return python
+    return Path(own)
 
 
 def pytest_command(name: str, floor: str) -> list[str]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import site
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 import pytest
 
 import keras_selfattn
+from tests.run_backends import layer_on_running_environment
 
 pytestmark = pytest.mark.slow
 
@@ -83,11 +83,6 @@ def _venv(path: Path, with_pip: bool = True) -> Path:
     command = [sys.executable, "-m", "venv", path]
     _run(command if with_pip else [*command, "--without-pip"])
     return path / "bin" / "python"
-
-
-def _purelib(python: Path) -> Path:
-    code = "import sysconfig; print(sysconfig.get_path('purelib'))"
-    return Path(_run([python, "-c", code]).strip())
 
 
 @pytest.fixture(scope="module")
@@ -142,9 +137,7 @@ def test_wheel_installed_in_a_fresh_venv_trains_and_loads_the_old_demo_model(
           "--no-deps", wheel], _clean_env(), cwd=tmp_path)  # fmt: skip
     # Then the running environment's packages, after the venv's own (pip
     # would otherwise find this package installed there and skip the wheel).
-    purelib = _purelib(python)
-    lines = [f"import site; site.addsitedir({p!r})\n" for p in site.getsitepackages()]
-    (purelib / "running_environment.pth").write_text("".join(lines))
+    purelib = layer_on_running_environment(python)
     env = _clean_env(KERAS_BACKEND="tensorflow")
 
     trained = _run([python, "-c", TRAIN], env, cwd=tmp_path).split()
