@@ -46,10 +46,8 @@ def test_the_floor_pass_ends_the_last_lane_unless_left_out():
 def test_the_floor_is_setup_cfgs_and_the_floor_pass_skips_the_demo():
     floor = keras_floor()
     assert floor.count(".") == 2 and floor.startswith("3.")
-    command = run_backends.pytest_command(run_backends.floor_name(floor), floor)
-    assert {f"--ignore={p}" for p in ("tests/imdb", "tests/test_notebooks.py")} <= set(
-        command
-    )
+    demo = {"tests/imdb", "tests/test_notebooks.py", "tests/test_docs.py"}
+    assert demo <= set(run_backends.FLOOR_IGNORES)
     assert run_backends.pytest_command("jax", floor)[1:] == ["-m", "pytest"]
 
 
