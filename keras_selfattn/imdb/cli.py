@@ -50,7 +50,9 @@ class _Parser(argparse.ArgumentParser):
 
 def _setup_environment() -> None:
     """The demo installed, TensorFlow its backend (`keras_selfattn._launcher`)."""
-    _launcher.check_demo_installed()
+    missing = _launcher.demo_missing()
+    if missing:
+        raise CliError(missing)
     _launcher.set_environment()
     _launcher.start_tensorflow()
     import keras

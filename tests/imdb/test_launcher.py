@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from keras_selfattn import _launcher
+from keras_selfattn.imdb import cli
 
 pytestmark = pytest.mark.tensorflow_only
 
@@ -86,6 +87,11 @@ def test_without_the_demo_one_line_names_the_install_and_exits_2(
     lines = captured.err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("keras-selfattn: ")
     assert missing in lines[0] and 'pip install "keras-selfattn[demo]"' in lines[0]
+    # Called in-process, the command line says the same and returns 2.
+    assert cli.main(["predict", "model.keras", "text"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        lines[0].replace("keras-selfattn: ", "keras-selfattn: error: ")
+    ]
 
 
 @pytest.mark.parametrize(
