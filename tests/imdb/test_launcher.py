@@ -99,12 +99,14 @@ def test_without_the_demo_one_line_names_the_install_and_exits_2(
     [
         (["python", "-m", "keras_selfattn", "predict"], "-m", True),
         (["python", "-u", "-m", "keras_selfattn"], "-m", True),
+        (["python", "-m", "keras_selfattn.imdb.cli"], "-m", True),
         (["/v/bin/python", "/v/bin/keras-selfattn"], "/v/bin/keras-selfattn", True),
         (["python", "-m", "pytest"], "-m", False),
         (["python", "-c", "import keras_selfattn"], "-c", False),
         (["python", "-m"], "-m", False),
     ],
-    ids=["module", "module_with_flags", "console_script", "pytest", "c", "bare_m"],
+    ids=["module", "module_with_flags", "cli_module", "console_script", "pytest",
+         "c", "bare_m"],
 )  # fmt: skip
 def test_is_command_line(orig_argv, argv0, expected, monkeypatch):
     monkeypatch.setattr(sys, "orig_argv", orig_argv)
