@@ -84,7 +84,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             runs over (negative values count from the end). Defaults to
             `None`: every axis between the batch and the features.
         sliding_window: Optional positive integer `w`: query `i` attends only
-            to keys `j` with `|i - j| < w`. Defaults to `None`.
+            to keys `j` with `|i - j| < w`. Needs Keras 3.15 or newer (an
+            older Keras raises a `ValueError`). Defaults to `None`.
         flash_attention: Optional boolean. `None` (or Keras's
             `keras.config.enable_flash_attention()`) uses the backend's fused
             kernel when the options allow; `True` insists on it: it forbids
@@ -109,7 +110,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             Defaults to `None`.
         use_gate: Boolean. If True, a sigmoid gate projected from the query
             multiplies the attention output before the output projection
-            (Gated Attention). Defaults to `False`.
+            (Gated Attention). Needs Keras 3.14 or newer (an older Keras
+            raises a `ValueError`). Defaults to `False`.
         seed: Optional integer seed for the dropout. Defaults to `None`.
         scale: Optional positive float multiplying the logits before the
             softmax. Defaults to `None`, meaning `1 / sqrt(key_dim)`.
@@ -221,9 +223,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         self._use_gate = use_gate
         # Keras reads `flash_attention or is_flash_attention_enabled()`, which
         # turns an explicit False into "let the backend decide".
-        if flash_attention is None and hasattr(
-            keras.config, "is_flash_attention_enabled"
-        ):
+        if flash_attention is None:
             flash_attention = keras.config.is_flash_attention_enabled()
         self._flash_attention = flash_attention
         self._scale = scale
