@@ -72,19 +72,20 @@ def floor_python(floor: str, home: Path = ROOT / ".keras-floor") -> Path:
     The venv holds Keras `floor` alone; a `.pth` file adds the running
     environment's site-packages after its own, so that everything else
     (TensorFlow, pytest, ...) is the running one's and only Keras is
-    downloaded.
+    downloaded. It is kept, and made again for another running environment.
     """
     venv = home / f"keras-{floor}"
     python = venv / "bin" / "python"
-    done = venv / "ready"
-    if done.exists():
+    done = venv / "ready"  # what it was made for: remade for another
+    made_for = "\n".join([f"keras=={floor}", *site.getsitepackages()]) + "\n"
+    if done.exists() and done.read_text() == made_for:
         return python
     make = [sys.executable, "-m", "venv", "--clear", "--without-pip", str(venv)]
     subprocess.run(make, check=True)
     own = layer_on_running_environment(python)
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
     subprocess.run([*pip, "--target", own, f"keras=={floor}"], check=True)
-    done.write_text(f"keras=={floor}\n")
+    done.write_text(made_for)
     return python
 
 
