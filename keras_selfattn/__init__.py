@@ -14,6 +14,10 @@ Public API:
 - `layout_map`: how the layers shard under `keras.distribution.ModelParallel`.
 """
 
+# First, before Keras loads: in the `keras-selfattn` command line only, the
+# demo's check and a quiet TensorFlow start-up (a no-op in any other process).
+from keras_selfattn import _launcher  # noqa: F401
+
 # Registers the text pieces that saved models refer to (the standardization,
 # ClipSequence, BigramEmbedding), so they load after `import keras_selfattn`.
 from keras_selfattn import text as _text  # noqa: F401

@@ -8,8 +8,40 @@ from pathlib import Path
 
 import keras
 import numpy as np
+import pytest
+
+from keras_selfattn.layers.multi_head_attention import _KERAS_ACCEPTS, _KERAS_SINCE
 
 BACKEND = keras.backend.backend()
+
+
+def release(version: str) -> tuple[int, int]:
+    """`"3.15.1"` -> `(3, 15)`."""
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def needs_keras(version: str, why: str) -> pytest.MarkDecorator:
+    """Skips a test on a Keras older than `version` (the floor lane's Keras)."""
+    return pytest.mark.skipif(
+        release(keras.__version__) < release(version),
+        reason=f"needs Keras {version} or newer ({why}); this is {keras.__version__}",
+    )
+
+
+def for_this_keras(arguments: Mapping[str, object]) -> dict[str, object]:
+    """`MultiHeadAttention` arguments without those the installed Keras lacks.
+
+    On a Keras older than `use_gate` or `sliding_window` (see `setup.cfg`'s
+    floor), `MultiHeadAttention` refuses them; tests of everything else drop
+    them there, and `tests/layers/test_multi_head_attention.py` tests the
+    refusal.
+    """
+    return {
+        name: value
+        for name, value in arguments.items()
+        if name not in _KERAS_SINCE or name in _KERAS_ACCEPTS
+    }
 
 
 def to_numpy(x) -> np.ndarray:

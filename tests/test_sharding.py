@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from keras_selfattn import layout_map
+from tests.helpers import needs_keras
 
 pytestmark = pytest.mark.backend_independent
 
@@ -237,6 +238,7 @@ def test_model_parallel_matches_one_device(subprocess_env):
 
 @pytest.mark.slow
 @pytest.mark.distributed
+@needs_keras("3.10", "older Keras calls jax.spmd_mode, which this JAX lacks")
 def test_data_parallel_fit_on_two_processes_equals_one_process_on_the_global_batch(
     subprocess_env,
 ):

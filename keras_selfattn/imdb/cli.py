@@ -27,13 +27,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from keras_selfattn import _launcher
 from keras_selfattn.imdb._errors import first_line  # imports nothing
 
 if TYPE_CHECKING:  # imported lazily: Keras must not load before the setup
     from keras_selfattn.imdb.train import TrainConfig
 
-PROG = "keras-selfattn"
-EXIT_USAGE = 2
+PROG = _launcher.PROG
+EXIT_USAGE = _launcher.EXIT_USAGE
 EXIT_INTERRUPTED = 130
 
 
@@ -49,9 +50,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _setup_environment() -> None:
-    """Quiet TensorFlow and pick its backend, before Keras is imported."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    """The demo installed, TensorFlow its backend (`keras_selfattn._launcher`)."""
+    missing = _launcher.demo_missing()
+    if missing:
+        raise CliError(missing)
+    _launcher.set_environment()
+    _launcher.start_tensorflow()
     import keras
 
     if keras.backend.backend() != "tensorflow":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import keras
@@ -83,7 +84,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             runs over (negative values count from the end). Defaults to
             `None`: every axis between the batch and the features.
         sliding_window: Optional positive integer `w`: query `i` attends only
-            to keys `j` with `|i - j| < w`. Defaults to `None`.
+            to keys `j` with `|i - j| < w`. Needs Keras 3.15 or newer (an
+            older Keras raises a `ValueError`). Defaults to `None`.
         flash_attention: Optional boolean. `None` (or Keras's
             `keras.config.enable_flash_attention()`) uses the backend's fused
             kernel when the options allow; `True` insists on it: it forbids
@@ -108,7 +110,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             Defaults to `None`.
         use_gate: Boolean. If True, a sigmoid gate projected from the query
             multiplies the attention output before the output projection
-            (Gated Attention). Defaults to `False`.
+            (Gated Attention). Needs Keras 3.14 or newer (an older Keras
+            raises a `ValueError`). Defaults to `False`.
         seed: Optional integer seed for the dropout. Defaults to `None`.
         scale: Optional positive float multiplying the logits before the
             softmax. Defaults to `None`, meaning `1 / sqrt(key_dim)`.
@@ -191,6 +194,12 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         check_paths(chunk_size, flash_attention, dropout)
         _check_output_shape(output_shape)
         _check_attention_axes(attention_axes)
+        newer = _for_this_keras(
+            sliding_window=sliding_window,
+            flash_attention=flash_attention,
+            use_gate=use_gate,
+            seed=seed,
+        )
         super().__init__(
             num_heads=num_heads,
             key_dim=key_dim,
@@ -199,8 +208,6 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             use_bias=use_bias,
             output_shape=output_shape,
             attention_axes=attention_axes,
-            sliding_window=sliding_window,
-            flash_attention=flash_attention,
             kernel_initializer=kernel_initializer,
             bias_initializer=bias_initializer,
             kernel_regularizer=kernel_regularizer,
@@ -208,10 +215,12 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             activity_regularizer=activity_regularizer,
             kernel_constraint=kernel_constraint,
             bias_constraint=bias_constraint,
-            use_gate=use_gate,
-            seed=seed,
+            **newer,
             **kwargs,
         )
+        # What a Keras older than the argument leaves unset (at its default).
+        self._sliding_window = sliding_window
+        self._use_gate = use_gate
         # Keras reads `flash_attention or is_flash_attention_enabled()`, which
         # turns an explicit False into "let the backend decide".
         if flash_attention is None:
@@ -547,6 +556,42 @@ class _Flattening:
         q_len = math.prod(query.shape[a] for a in self.axes)
         k_len = math.prod(key.shape[a] for a in self.axes)
         return ops.reshape(mask, (-1, 1, q_len, k_len))
+
+
+# The Keras release that first takes each of these constructor arguments of
+# `keras.layers.MultiHeadAttention`, and the argument's default. On an older
+# Keras (down to the floor in setup.cfg) they are not passed on, and asking
+# for anything but the default raises.
+_KERAS_SINCE = {
+    "seed": ("3.4", None),
+    "flash_attention": ("3.7", None),
+    "use_gate": ("3.14", False),
+    "sliding_window": ("3.15", None),
+}
+_KERAS_ACCEPTS = frozenset(
+    inspect.signature(keras.layers.MultiHeadAttention.__init__).parameters
+)
+
+
+def _for_this_keras(**arguments) -> dict:
+    """The `arguments` that the installed Keras's constructor accepts.
+
+    Raises:
+        ValueError: An argument this Keras lacks, set to other than its
+            default.
+    """
+    accepted = {}
+    for name, value in arguments.items():
+        since, default = _KERAS_SINCE[name]
+        if name in _KERAS_ACCEPTS:
+            accepted[name] = value
+        elif value != default:
+            raise ValueError(
+                f"Argument `{name}` of `MultiHeadAttention` needs Keras {since} "
+                f"or newer; the installed Keras is {keras.__version__}. "
+                f"Received: {name}={value!r}"
+            )
+    return accepted
 
 
 def _combined(*masks):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import keras_selfattn
+from tests.helpers import for_this_keras
 
 FEATURES = 8  # channels of the (batch, seq, FEATURES) inputs
 VOCAB = 20  # token ids of the (batch, seq) inputs are in [0, VOCAB)
@@ -113,6 +114,26 @@ _MHA_ARGUMENTS = {
     "scale": 0.5,
     "chunk_size": 4,
 }
+# The floor lane's Keras lacks some (`use_gate`, `sliding_window`).
+_MHA_ARGUMENTS = for_this_keras(_MHA_ARGUMENTS)
+# Gated attention with a sliding window, where the installed Keras takes them.
+_GATE_WINDOW = {"use_gate": True, "sliding_window": 2}
+_GATE_WINDOW_CASES = (
+    []
+    if for_this_keras(_GATE_WINDOW) != _GATE_WINDOW
+    else [
+        LayerCase(
+            name="MultiHeadAttention_gate_window",
+            make=lambda: keras_selfattn.MultiHeadAttention(
+                num_heads=2, key_dim=4, output_shape=6, **_GATE_WINDOW
+            ),
+            apply=_mha_self_call,
+            output_dim=6,
+            arguments=_MHA_ARGUMENTS,
+            sequential=False,
+        ),
+    ]
+)
 
 _GQA_ARGUMENTS = {
     "head_dim": 4,
@@ -160,16 +181,7 @@ CASES = [
         arguments=_MHA_ARGUMENTS,
         sequential=False,
     ),
-    LayerCase(
-        name="MultiHeadAttention_gate_window",
-        make=lambda: keras_selfattn.MultiHeadAttention(
-            num_heads=2, key_dim=4, use_gate=True, sliding_window=2, output_shape=6
-        ),
-        apply=_mha_self_call,
-        output_dim=6,
-        arguments=_MHA_ARGUMENTS,
-        sequential=False,
-    ),
+    *_GATE_WINDOW_CASES,
     LayerCase(
         name="GroupQueryAttention",
         make=lambda: keras_selfattn.GroupQueryAttention(

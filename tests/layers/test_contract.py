@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import keras_selfattn
-from tests.helpers import BACKEND, to_numpy
+from tests.helpers import BACKEND, for_this_keras, to_numpy
 from tests.layers.contract import CASES, FEATURES, VOCAB
 
 SEQ = 6
@@ -324,6 +324,9 @@ def _constructor_arguments(cls):
 def test_every_constructor_argument_round_trips_through_get_config(case):
     cls = case.layer_class
     arguments = _constructor_arguments(cls)
+    if cls is keras_selfattn.MultiHeadAttention:  # the floor's Keras lacks some
+        takes = for_this_keras(dict.fromkeys(p.name for p in arguments))
+        arguments = [p for p in arguments if p.name in takes]
     assert {p.name for p in arguments} == set(case.arguments), (
         "the case must give a value for every constructor argument"
     )

