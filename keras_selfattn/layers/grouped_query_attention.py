@@ -58,6 +58,8 @@ class _MissingKerasLayer(keras.layers.Layer):
 
 
 _Base = _keras_base() or _MissingKerasLayer
+# Whether the installed Keras has the layer this drop-in subclasses.
+ON_THIS_KERAS = _Base is not _MissingKerasLayer
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")

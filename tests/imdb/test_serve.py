@@ -224,11 +224,6 @@ def test_the_page_is_package_data():
     patterns = config["options.package_data"]["keras_selfattn.imdb"].split()
     assert any(fnmatch.fnmatch("/".join(serve.PAGE), p) for p in patterns)
     extras = config["options.extras_require"]
-    test = extras["test"].split()
-    # The test extra has the server's packages, or the whole serve extra.
-    serve_extra = any(
-        r.startswith("keras-selfattn[") and "serve" in r[15:-1].split(",") for r in test
-    )
     for package in ("fastapi", "uvicorn"):
         assert package in extras["serve"].split()
     # The test extra brings the serve extra (setup.cfg's lean layout).

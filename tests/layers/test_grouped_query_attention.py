@@ -14,8 +14,11 @@ import pytest
 from keras.src.backend import get_keras_mask
 
 from keras_selfattn import GroupQueryAttention, _backend, scaled_dot_product_attention
-from tests.helpers import BACKEND, output_and_grads, to_numpy
+from keras_selfattn.layers.grouped_query_attention import KERAS_NEEDED
+from tests.helpers import BACKEND, needs_keras, output_and_grads, to_numpy
 from tests.reference import reference_attention
+
+pytestmark = needs_keras(KERAS_NEEDED, "our layer mirrors its constructor")
 
 
 def _pair(q, v, **kwargs):
