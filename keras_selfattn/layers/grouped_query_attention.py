@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import math
 
 import keras
 from keras import ops
@@ -17,9 +16,12 @@ from keras_selfattn._validation import (
 )
 from keras_selfattn.attention import masked_softmax, scaled_dot_product_attention
 from keras_selfattn.layers._common import (
-    check_keras_mask,
     zero_padded,
     zero_padded_scores,
+)
+from keras_selfattn.layers._kernel_attention import (
+    KernelAttention,
+    check_value_and_key_shapes,
 )
 from keras_selfattn.layers.multi_head_attention import _combined
 
@@ -63,7 +65,7 @@ ON_THIS_KERAS = _Base is not _MissingKerasLayer
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
-class GroupQueryAttention(_Base):
+class GroupQueryAttention(KernelAttention, _Base):
     """Grouped-query attention, a drop-in for `keras.layers.GroupQueryAttention`.
 
     Shapes: `query` `(batch, q_len, features)`, `value` and `key`
@@ -236,37 +238,16 @@ class GroupQueryAttention(_Base):
             seed=seed,
             **kwargs,
         )
-        # Keras reads `flash_attention or is_flash_attention_enabled()`, which
-        # turns an explicit False into "let the backend decide".
-        if flash_attention is None:
-            flash_attention = keras.config.is_flash_attention_enabled()
-        self._flash_attention = flash_attention
-        self._scale = scale
-        self._chunk_size = chunk_size
         # Keras's hooks (and subclasses of them) scale by this attribute.
-        self._inverse_sqrt_head_dim = (
-            scale if scale is not None else 1.0 / math.sqrt(float(head_dim))
+        self._inverse_sqrt_head_dim = self._set_kernel_options(
+            flash_attention, scale, chunk_size, head_dim
         )
-
-    @property
-    def scale(self) -> float | None:
-        """The `scale` argument (`None`: `1 / sqrt(head_dim)`)."""
-        return self._scale
-
-    @property
-    def chunk_size(self) -> int | None:
-        """The `chunk_size` argument."""
-        return self._chunk_size
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
         _check_shapes(query_shape, value_shape, key_shape)
         super().build(query_shape, value_shape, key_shape)
-        # The masks are applied in `call`; the projections hand them on
-        # without warning that they would drop them.
-        for name in ("_query_dense", "_key_dense", "_value_dense", "_gate_dense"):
-            if getattr(self, name, None) is not None:
-                getattr(self, name).supports_masking = True
+        self._hand_on_masks()
 
     def call(
         self,
@@ -282,20 +263,8 @@ class GroupQueryAttention(_Base):
         use_causal_mask=False,
     ):
         key = value if key is None else key
-        if return_attention_scores and self._flash_attention:
-            raise ValueError(
-                "Returning attention scores is not supported when flash "
-                "attention is enabled. Please disable flash attention to access"
-                " attention scores. Received: "
-                f"flash_attention={self._flash_attention}"
-            )
-        for name, mask, tensor in (
-            ("query_mask", query_mask, query),
-            ("value_mask", value_mask, value),
-            ("key_mask", key_mask, key),
-        ):
-            if mask is not None:
-                check_keras_mask(name, mask, tensor)
+        self._check_scores_allowed(return_attention_scores)
+        self._check_call_masks(query, value, key, query_mask, value_mask, key_mask)
         if attention_mask is not None:
             attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
         gate = self._gate_dense(query) if self.use_gate else None
@@ -371,12 +340,7 @@ class GroupQueryAttention(_Base):
         """
         if return_attention_scores is None:
             return_attention_scores = self._return_attention_scores
-        if self._flash_attention and return_attention_scores:
-            raise ValueError(
-                "Returning attention scores is not supported when flash "
-                "attention is enabled. Please disable flash attention to access"
-                " attention scores."
-            )
+        self._check_scores_allowed(return_attention_scores)
         seed = self._dropout_layer.seed_generator if self.dropout > 0 else None
         result = scaled_dot_product_attention(
             query,
@@ -407,22 +371,13 @@ class GroupQueryAttention(_Base):
 
     def get_config(self):
         base_config = super().get_config()
-        config = {
-            "flash_attention": self._flash_attention,
-            "scale": self._scale,
-            "chunk_size": self._chunk_size,
-        }
+        config = self._kernel_config()
         return {**base_config, **config}
 
 
 def _check_shapes(query_shape, value_shape, key_shape) -> None:
     """Keras's rule first (its wording, which users match), then ranks."""
-    if tuple(value_shape[1:-1]) != tuple(key_shape[1:-1]):
-        raise ValueError(
-            "All dimensions of `value` and `key`, except the last one, "
-            f"must be equal. Received: value_shape={tuple(value_shape)} and "
-            f"key_shape={tuple(key_shape)}"
-        )
+    check_value_and_key_shapes(value_shape, key_shape)
     for name, shape in (("query", query_shape), ("value", value_shape)):
         if len(shape) != 3:
             raise invalid(

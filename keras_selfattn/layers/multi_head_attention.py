@@ -17,13 +17,16 @@ from keras_selfattn._validation import (
 )
 from keras_selfattn.attention import masked_softmax, scaled_dot_product_attention
 from keras_selfattn.layers._common import (
-    check_keras_mask,
     zero_padded,
+)
+from keras_selfattn.layers._kernel_attention import (
+    KernelAttention,
+    check_value_and_key_shapes,
 )
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
-class MultiHeadAttention(keras.layers.MultiHeadAttention):
+class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
     """Multi-head attention, a drop-in for `keras.layers.MultiHeadAttention`.
 
     Shapes: `query` `(batch, *query_dims, query_features)`, `value` and `key`
@@ -221,27 +224,10 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         # What a Keras older than the argument leaves unset (at its default).
         self._sliding_window = sliding_window
         self._use_gate = use_gate
-        # Keras reads `flash_attention or is_flash_attention_enabled()`, which
-        # turns an explicit False into "let the backend decide".
-        if flash_attention is None:
-            flash_attention = keras.config.is_flash_attention_enabled()
-        self._flash_attention = flash_attention
-        self._scale = scale
-        self._chunk_size = chunk_size
         # Keras's hooks (and subclasses of them) scale by this attribute.
-        self._inverse_sqrt_key_dim = (
-            scale if scale is not None else 1.0 / math.sqrt(float(key_dim))
+        self._inverse_sqrt_key_dim = self._set_kernel_options(
+            flash_attention, scale, chunk_size, key_dim
         )
-
-    @property
-    def scale(self) -> float | None:
-        """The `scale` argument (`None`: `1 / sqrt(key_dim)`)."""
-        return self._scale
-
-    @property
-    def chunk_size(self) -> int | None:
-        """The `chunk_size` argument."""
-        return self._chunk_size
 
     # ------------------------------------------------------------ building
 
@@ -249,11 +235,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         key_shape = value_shape if key_shape is None else key_shape
         _check_shapes(query_shape, value_shape, key_shape)
         super().build(query_shape, value_shape, key_shape)
-        # The masks are applied in `call`; the projections hand them on
-        # without warning that they would drop them.
-        for name in ("_query_dense", "_key_dense", "_value_dense", "_gate_dense"):
-            if getattr(self, name, None) is not None:
-                getattr(self, name).supports_masking = True
+        self._hand_on_masks()
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
@@ -314,13 +296,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     ):
         key = value if key is None else key
         self._check_scores_allowed(return_attention_scores)
-        for name, mask, tensor in (
-            ("query_mask", query_mask, query),
-            ("value_mask", value_mask, value),
-            ("key_mask", key_mask, key),
-        ):
-            if mask is not None:
-                check_keras_mask(name, mask, tensor)
+        self._check_call_masks(query, value, key, query_mask, value_mask, key_mask)
         padding = _combined(value_mask, key_mask)
         if attention_mask is not None:
             attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
@@ -366,16 +342,6 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 scores = ops.multiply(scores, keep)
             return output, scores
         return output
-
-    def _check_scores_allowed(self, return_attention_scores) -> None:
-        """Raises Keras's error for attention scores under flash attention."""
-        if return_attention_scores and self._flash_attention:
-            raise ValueError(
-                "Returning attention scores is not supported when flash "
-                "attention is enabled. Please disable flash attention to access"
-                " attention scores. Received: "
-                f"flash_attention={self._flash_attention}"
-            )
 
     def _compute_attention(
         self,
@@ -449,11 +415,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
 
     def get_config(self):
         base_config = super().get_config()
-        config = {
-            "flash_attention": self._flash_attention,
-            "scale": self._scale,
-            "chunk_size": self._chunk_size,
-        }
+        config = self._kernel_config()
         # After `quantize(...)` the projections have quantized policies that
         # Keras's config does not record (its own layer then fails to load).
         # A DTypePolicyMap keyed by their paths rebuilds them quantized.
@@ -640,12 +602,7 @@ def _check_attention_axes(attention_axes) -> None:
 
 def _check_shapes(query_shape, value_shape, key_shape) -> None:
     """Keras's rule first (its wording, which users match), then ranks."""
-    if tuple(value_shape[1:-1]) != tuple(key_shape[1:-1]):
-        raise ValueError(
-            "All dimensions of `value` and `key`, except the last one, "
-            f"must be equal. Received: value_shape={tuple(value_shape)} and "
-            f"key_shape={tuple(key_shape)}"
-        )
+    check_value_and_key_shapes(value_shape, key_shape)
     for name, shape in (("query", query_shape), ("value", value_shape)):
         if len(shape) < 3:
             raise invalid(

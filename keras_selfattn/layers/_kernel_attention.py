@@ -1,0 +1,95 @@
+"""What the drop-ins for Keras's attention layers share (not public).
+
+`MultiHeadAttention` and `GroupQueryAttention` subclass Keras's layers and
+compute through this package's kernel. `KernelAttention` holds what both add
+to Keras's class: the kernel's options (`flash_attention`, `scale`,
+`chunk_size`), the masks handed on by the projections, the call's mask
+checks, Keras's error for scores under flash attention, and their config.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+
+from keras_selfattn.layers._common import check_keras_mask
+
+# The projections Keras's attention layers build (`_gate_dense` with a gate).
+_PROJECTIONS = ("_query_dense", "_key_dense", "_value_dense", "_gate_dense")
+
+
+class KernelAttention:
+    """A mixin for a subclass of one of Keras's attention layers.
+
+    List it before Keras's class (`class Ours(KernelAttention, Keras's)`).
+    """
+
+    def _set_kernel_options(
+        self, flash_attention, scale: float | None, chunk_size, head_dim: int
+    ) -> float:
+        """Keeps the kernel's options; returns the logits' scale."""
+        # Keras reads `flash_attention or is_flash_attention_enabled()`, which
+        # turns an explicit False into "let the backend decide".
+        if flash_attention is None:
+            flash_attention = keras.config.is_flash_attention_enabled()
+        self._flash_attention = flash_attention
+        self._scale = scale
+        self._chunk_size = chunk_size
+        return scale if scale is not None else 1.0 / math.sqrt(float(head_dim))
+
+    @property
+    def scale(self) -> float | None:
+        """The `scale` argument (`None`: `1 / sqrt` of the key size per head)."""
+        return self._scale
+
+    @property
+    def chunk_size(self) -> int | None:
+        """The `chunk_size` argument."""
+        return self._chunk_size
+
+    def _hand_on_masks(self) -> None:
+        """After Keras's `build`: the masks are applied in `call`, so the
+        projections hand them on without warning that they would drop them."""
+        for name in _PROJECTIONS:
+            if getattr(self, name, None) is not None:
+                getattr(self, name).supports_masking = True
+
+    def _check_scores_allowed(self, return_attention_scores) -> None:
+        """Raises Keras's error for attention scores under flash attention."""
+        if return_attention_scores and self._flash_attention:
+            raise ValueError(
+                "Returning attention scores is not supported when flash "
+                "attention is enabled. Please disable flash attention to access"
+                " attention scores. Received: "
+                f"flash_attention={self._flash_attention}"
+            )
+
+    @staticmethod
+    def _check_call_masks(query, value, key, query_mask, value_mask, key_mask):
+        """Each of Keras's masks must have its input's leading shape."""
+        for name, mask, tensor in (
+            ("query_mask", query_mask, query),
+            ("value_mask", value_mask, value),
+            ("key_mask", key_mask, key),
+        ):
+            if mask is not None:
+                check_keras_mask(name, mask, tensor)
+
+    def _kernel_config(self) -> dict:
+        """The kernel's options, for `get_config`."""
+        return {
+            "flash_attention": self._flash_attention,
+            "scale": self._scale,
+            "chunk_size": self._chunk_size,
+        }
+
+
+def check_value_and_key_shapes(value_shape, key_shape) -> None:
+    """Keras's rule, in its wording (which users match)."""
+    if tuple(value_shape[1:-1]) != tuple(key_shape[1:-1]):
+        raise ValueError(
+            "All dimensions of `value` and `key`, except the last one, "
+            f"must be equal. Received: value_shape={tuple(value_shape)} and "
+            f"key_shape={tuple(key_shape)}"
+        )
