@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import subprocess
 import sys
@@ -45,21 +46,28 @@ def run_python(args: list[str], env: dict, timeout: float = 300):
     )
 
 
+# Loads a model with `keras` alone, no custom objects: the demo's pieces are
+# registered by `import keras_selfattn`. Prints the probabilities as JSON.
+_FRESH_PREDICT = """
+import json, sys, numpy as np, keras, keras_selfattn
+model = keras.models.load_model(sys.argv[1])
+texts = np.array(json.loads(sys.argv[2]), dtype=object)
+print(json.dumps(model.predict(texts, verbose=0)[:, 0].tolist()))
+"""
+
+
+def predict_in_fresh_process(model: Path, texts: list[str], env: dict) -> list[float]:
+    """The probabilities of `texts` by the `.keras` file, loaded in a new process."""
+    result = run_python(["-c", _FRESH_PREDICT, str(model), json.dumps(texts)], env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def free_port() -> int:
     """A TCP port that nothing listens on at 127.0.0.1 (at the time asked)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def port_is_free(port: int) -> bool:
-    """Whether `port` can be bound at 127.0.0.1 now."""
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 @contextlib.contextmanager

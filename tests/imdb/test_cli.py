@@ -1,27 +1,25 @@
-"""The `keras-selfattn` command: smoke run, fresh-process reload, resume, errors."""
+"""The `keras-selfattn` command: smoke run, its output, interruption, errors."""
 
 from __future__ import annotations
 
 import contextlib
 import io
-import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import keras
-import numpy as np
 import pytest
 
 from keras_selfattn.imdb import cli
-from keras_selfattn.imdb import model as imdb_model
-from tests.helpers import png_size, tensorboard_scalars, to_numpy, write_acl
+from tests.helpers import png_size, tensorboard_scalars, write_acl
 
 pytestmark = pytest.mark.tensorflow_only
 
 # Small and fast: the smoke test is about the plumbing, not the accuracy.
 SMALL = [
-    "--limit", "500", "--epochs", "1", "--batch-size", "32", "--max-len", "64",
+    "--epochs", "1", "--batch-size", "32", "--max-len", "64",
     "--vocab-size", "2000", "--bigram-vocab-size", "2000", "--embed-dim", "16",
     "--num-heads", "2",
     "--intermediate-dim", "32", "--seed", "7",
@@ -37,16 +35,18 @@ LONG_REVIEW = " ".join(
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    """The smoke run: 500 bundled reviews, 1 epoch, through the command line.
+    """The smoke run: 128 synthetic reviews, 1 epoch, through the command line.
 
     Returns the model path, everything the command printed and the
     `--tensorboard` folder.
     """
     folder = tmp_path_factory.mktemp("smoke")
+    data = write_acl(folder / "acl", n_train=128, n_test=32)
     out, logs = folder / "model.keras", folder / "logs"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        args = ["train", *SMALL, "--out", str(out), "--tensorboard", str(logs)]
+        args = ["train", *SMALL, "--data", str(data), "--out", str(out)]
+        args += ["--tensorboard", str(logs)]
         code = cli.main(args)
     assert code == 0
     return out, printed.getvalue(), logs
@@ -87,8 +87,8 @@ def test_train_prints_device_progress_and_test_accuracy_last(smoke):
     lines = smoke[1].strip().splitlines()
     assert lines[0].startswith(("device: CPU", "device: GPU"))
     assert any("val_accuracy" in line for line in lines)
-    assert lines[-1].startswith("test accuracy: 0.")
-    assert len(lines[-1]) == len("test accuracy: 0.0000")
+    # The synthetic reviews are easy: 1.0000 is a likely accuracy.
+    assert re.fullmatch(r"test accuracy: (0\.\d{4}|1\.0000)", lines[-1]), lines[-1]
     # The temperature is fitted after training and the test ECE reported.
     assert any(line.startswith("calibration: temperature ") for line in lines)
     assert lines[-2].startswith("test ECE (15 bins): ")
@@ -114,74 +114,20 @@ def test_evaluate_draws_the_reliability_diagram(trained, tmp_path, capsys):
     assert cli.main([*args, "--calibration-plot", str(tmp_path / "r.jpg")]) == 2
 
 
-def test_explain_weights_match_the_model(trained):
-    from keras_selfattn.imdb import explain
+def test_an_interrupted_command_says_how_to_resume_with_exit_code_130(
+    tmp_path, monkeypatch, capsys
+):
+    from keras_selfattn.imdb import train
 
-    model = keras.models.load_model(trained)
-    result = explain.explain(model, REVIEWS[1])
-    assert result.tokens[:4] == ["dull", "and", "far", "too"]
-    assert "<br" not in " ".join(result.tokens) and "." in result.tokens
-    assert len(result.weights) == len(result.tokens) <= 64
-    np.testing.assert_allclose(result.weights.sum(), 1.0, rtol=1e-5)
-    expected = model.predict(np.array(REVIEWS[1:], dtype=object), verbose=0)[0, 0]
-    np.testing.assert_allclose(result.probability, expected, rtol=1e-5)
-    assert result.top(3)[0][2] == result.weights.max()
-    # The shares add up, with the classifier's bias, to the logit.
-    bias = to_numpy(model.get_layer(imdb_model.CLASSIFIER).bias)[0]
-    logit = np.log(expected / (1 - expected))
-    np.testing.assert_allclose(result.contributions.sum() + bias, logit, atol=1e-4)
+    def interrupted(config, callbacks=None):
+        raise KeyboardInterrupt
 
-
-def test_reload_in_fresh_process_without_custom_objects(trained, subprocess_env):
-    model = keras.models.load_model(trained)
-    expected = model.predict(np.array(REVIEWS, dtype=object), verbose=0)[:, 0]
-    code = (
-        "import json, sys, numpy as np, keras, keras_selfattn\n"
-        "model = keras.models.load_model(sys.argv[1])\n"
-        "texts = json.loads(sys.argv[2])\n"
-        "p = model.predict(np.array(texts, dtype=object), verbose=0)[:, 0]\n"
-        "print(json.dumps([float(v) for v in p]))\n"
+    monkeypatch.setattr(train, "train", interrupted)
+    assert cli.main(["train", "--out", str(tmp_path / "m.keras")]) == 130
+    captured = capsys.readouterr()
+    assert captured.err == (
+        "keras-selfattn: interrupted; run the same command again to resume\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code, str(trained), json.dumps(REVIEWS)],
-        capture_output=True,
-        text=True,
-        env=subprocess_env,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    got = json.loads(result.stdout.strip().splitlines()[-1])
-    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
-
-
-class _InterruptAfterFirstEpoch(keras.callbacks.Callback):
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch == 0:
-            raise KeyboardInterrupt
-
-
-def test_interrupted_run_resumes_from_last_epoch(tmp_path, capfd):
-    folder = write_acl(tmp_path / "acl", n_train=128, n_test=16)
-    out = tmp_path / "resume.keras"
-    args = [
-        "train", *SMALL, "--data", str(folder), "--max-len", "16",
-        "--epochs", "2", "--out", str(out),
-    ]  # fmt: skip
-    assert cli.main(args, callbacks=[_InterruptAfterFirstEpoch()]) == 130
-    captured = capfd.readouterr()
-    assert "run the same command again to resume" in captured.err
-    assert not out.exists()
-    assert (tmp_path / "resume.keras.backup" / "checkpoint").is_file()
-
-    assert cli.main(args) == 0
-    captured = capfd.readouterr().out
-    assert "resuming after epoch 1" in captured
-    assert "Epoch 2/2" in captured and "Epoch 1/2" not in captured
-    assert captured.strip().splitlines()[-1].startswith("test accuracy: ")
-    # The optimizer state came back too: its step count covers both epochs.
-    steps_per_epoch = -(-(128 - round(0.05 * 128)) // 32)
-    model = keras.models.load_model(out)
-    assert int(model.optimizer.iterations) == 2 * steps_per_epoch
 
 
 @pytest.mark.parametrize(

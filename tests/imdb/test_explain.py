@@ -91,16 +91,66 @@ def test_token_scores_point_towards_the_predicted_class():
         explain.token_scores(e, "gradients")
 
 
-def test_faithfulness_measures_every_explanation_and_fraction():
-    texts = ["a great film , i loved it .", "boring and far too long ."] * 3
-    model = build_model(texts, vocab_size=30, max_len=12, embed_dim=4, num_heads=1)
-    result = explain.faithfulness(model, texts, fractions=(0.1, 0.5), seed=0)
+# The stand-in model of the faithfulness test: its answer hangs on one word.
+PLANTED = {"great": 0.8, "awful": 0.1}  # with either word; 0.5 without
+
+
+def _stand_in_predict(model, texts):
+    def probability(text):
+        words = set(text.split())
+        return next((p for w, p in PLANTED.items() if w in words), 0.5)
+
+    return np.array([probability(t) for t in texts])
+
+
+def _stand_in_explain(model, text):
+    """Weights that point at the first tokens, shares at the planted word."""
+    tokens = text.split()
+    (planted,) = [i for i, t in enumerate(tokens) if t in PLANTED]
+    probability = PLANTED[tokens[planted]]
+    contributions = np.full(len(tokens), 0.01, dtype="float32")
+    contributions[planted] = 1.0 if probability > 0.5 else -1.0
+    weights = np.linspace(1.0, 0.1, len(tokens), dtype="float32")
+    return explain.Explanation(
+        tokens=tokens,
+        weights=weights / weights.sum(),
+        head_maps=np.zeros((1, len(tokens), len(tokens)), dtype="float32"),
+        probability=probability,
+        contributions=contributions,
+    )
+
+
+def test_faithfulness_is_the_drop_in_the_predicted_class(monkeypatch):
+    # 10 tokens each; the planted word (a positive and a negative review)
+    # comes after the first three tokens, which the weights rank first.
+    texts = [
+        "the film i saw last night was great fun really",
+        "the film i saw last night was awful fun really",
+    ]
+    monkeypatch.setattr(imdb_model, "predict", _stand_in_predict)
+    monkeypatch.setattr(explain, "explain", _stand_in_explain)
+    result = explain.faithfulness(None, texts, fractions=(0.1, 0.3, 1.0), seed=0)
     assert set(result) == {"weights", "shares", "random"}
-    for by_k in result.values():
-        assert set(by_k) == {0.1, 0.5}
-        for measures in by_k.values():
-            assert set(measures) == {"comprehensiveness", "sufficiency"}
-            assert all(-1.0 <= v <= 1.0 for v in measures.values())
+    # The predicted class's probability falls to 0.5 without the planted
+    # word: by 0.8 - 0.5 = 0.3 (positive) and (1 - 0.1) - 0.5 = 0.4
+    # (negative), 0.35 on average; it does not move while the word stays.
+    missed = {"comprehensiveness": 0.0, "sufficiency": 0.35}
+    found = {"comprehensiveness": 0.35, "sufficiency": 0.0}
+    everything = {"comprehensiveness": 0.35, "sufficiency": 0.0}
+    for kind, expected in (("weights", missed), ("shares", found)):
+        assert set(result[kind]) == {0.1, 0.3, 1.0}
+        for k in (0.1, 0.3):  # 1 and 3 tokens
+            assert result[kind][k] == pytest.approx(expected, abs=1e-12), (kind, k)
+        assert result[kind][1.0] == pytest.approx(everything, abs=1e-12), kind
+    # A random token is the planted one or not: either way the two
+    # measures of a review add up to its drop.
+    for k in (0.1, 0.3, 1.0):
+        measures = result["random"][k]
+        total = measures["comprehensiveness"] + measures["sufficiency"]
+        assert total == pytest.approx(0.35, abs=1e-12), k
+        hit = measures["comprehensiveness"]  # 0.3 / 2 and 0.4 / 2 per review
+        assert min(abs(hit - v) for v in (0.0, 0.15, 0.2, 0.35)) < 1e-12, k
+    assert result["random"][1.0]["sufficiency"] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_a_text_with_no_token_is_explained_as_nothing():
@@ -120,8 +170,9 @@ def test_a_text_with_no_token_is_explained_as_nothing():
 def test_the_explanation_adds_up_to_the_models_own_prediction(tmp_path, options):
     texts = ["a great film , i loved it .", "boring and far too long ."] * 3
     model = build_model(texts, vocab_size=30, max_len=12, embed_dim=8, **options)
-    text = "a great film , far too long ."
+    text = "a great film ,<br /><br />far too long ."
     result = explain.explain(model, text)
+    assert result.tokens == ["a", "great", "film", ",", "far", "too", "long", "."]
     classifier = model.get_layer(imdb_model.CLASSIFIER)
     bias = float(np.asarray(classifier.bias)[0])
     (logit,) = imdb_model.logits(model, [text])

@@ -1,5 +1,5 @@
 """The demo model and its text pieces: standardization, clipping, bigrams, masks,
-the attention switch and evaluation."""
+the attention switch, evaluation, and loading a saved model."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from keras_selfattn.imdb import model as imdb_model
 from keras_selfattn.imdb.model import ReviewBatches, build_model
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+from tests.imdb.serving import NEGATIVE, POSITIVE, predict_in_fresh_process
 
 pytestmark = pytest.mark.tensorflow_only
 
@@ -149,3 +150,26 @@ def test_the_verdict_is_above_the_threshold():
     assert imdb_model.label_of(0.5000001) == imdb_model.POSITIVE
     probabilities = np.array([0.9, 0.5, 0.2, 0.7])
     assert imdb_model.accuracy(probabilities, [1, 1, 0, 0]) == 0.5
+
+
+def test_a_saved_model_loads_in_a_fresh_process_without_custom_objects(
+    tiny_model, subprocess_env
+):
+    texts = [POSITIVE, NEGATIVE, "GREAT!<br /><br />a review of unseen words"]
+    expected = imdb_model.predict(imdb_model.load(tiny_model), texts)
+    got = predict_in_fresh_process(tiny_model, texts, subprocess_env)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("case", ["missing", "corrupt"])
+def test_load_names_a_missing_or_corrupt_file(tmp_path, case):
+    path = tmp_path / f"{case}.keras"
+    if case == "corrupt":
+        path.write_bytes(b"not a zip file at all")
+    with pytest.raises(imdb_model.ModelFileError) as error:
+        imdb_model.load(path)
+    message = str(error.value)
+    if case == "missing":
+        assert message == f"model file not found: {path}"
+    else:
+        assert message.startswith(f"cannot load model {path}: ") and "\n" not in message

@@ -1,4 +1,4 @@
-"""TrainConfig's checks, and train(): its result, and no global state left behind."""
+"""TrainConfig's checks, and train(): its result, resuming, no global state left."""
 
 from __future__ import annotations
 
@@ -151,3 +151,32 @@ def test_train_restores_the_dtype_policy_when_it_fails(tmp_path):
     with pytest.raises(RuntimeError, match="stop here"):
         train(config, callbacks=[_Fails()])
     assert keras.config.dtype_policy().name == "float32"
+
+
+class _InterruptAfterFirstEpoch(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 0:
+            raise KeyboardInterrupt
+
+
+def test_an_interrupted_run_resumes_after_its_last_epoch(tmp_path, capsys):
+    data = write_acl(tmp_path / "acl", n_train=64, n_test=8)
+    out = tmp_path / "resume.keras"
+    options = {**TINY, "epochs": 2, "batch_size": 32, "verbose": 1}
+    config = TrainConfig(data=str(data), out=out, **options)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, callbacks=[_InterruptAfterFirstEpoch()])
+    assert not out.exists()
+    assert (tmp_path / "resume.keras.backup" / "checkpoint").is_file()
+    capsys.readouterr()
+
+    result = train(config)
+    printed = capsys.readouterr().out
+    assert "resuming after epoch 1" in printed
+    assert "Epoch 2/2" in printed and "Epoch 1/2" not in printed
+    assert len(result.history["loss"]) == 1  # the epoch it ran
+    assert not (tmp_path / "resume.keras.backup").exists()
+    # The optimizer state came back too: its step count covers both epochs.
+    steps_per_epoch = -(-(64 - round(0.05 * 64)) // 32)
+    model = keras.models.load_model(out)
+    assert int(model.optimizer.iterations) == 2 * steps_per_epoch
