@@ -25,6 +25,7 @@ batch is padded to its own longest review rather than to `max_len`;
 from __future__ import annotations
 
 import math
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -513,8 +514,12 @@ def load(path: str | Path) -> keras.Model:
 
     if not Path(path).is_file():
         raise ModelFileError(f"model file not found: {path}")
+    if not zipfile.is_zipfile(path):  # Keras would say "File not found"
+        raise ModelFileError(
+            f"cannot load model {path}: not a .keras file (a zip archive)"
+        )
     try:
         return keras.models.load_model(path)
-    except Exception as error:  # corrupt, truncated or not a Keras file
+    except Exception as error:  # corrupt, truncated or not a Keras model
         reason = first_line(error)
         raise ModelFileError(f"cannot load model {path}: {reason}") from None
