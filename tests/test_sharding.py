@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import textwrap
@@ -24,7 +23,7 @@ import numpy as np
 import pytest
 
 from keras_selfattn import layout_map
-from tests.helpers import needs_keras
+from tests.helpers import free_ports, needs_keras, port_is_free
 
 pytestmark = pytest.mark.backend_independent
 
@@ -249,21 +248,6 @@ def test_model_parallel_matches_one_device(subprocess_env):
 PORT_TRIES = 3
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _port_is_taken(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-        return False
-
-
 def _data_parallel_outputs(env: dict, folder) -> list[str]:
     """The outputs of `_DATA_PARALLEL`'s two processes and of the one.
 
@@ -273,7 +257,7 @@ def _data_parallel_outputs(env: dict, folder) -> list[str]:
     all three start again on a fresh port (`PORT_TRIES` times).
     """
     for attempt in range(PORT_TRIES):
-        port = _free_port()
+        (port,) = free_ports(1)
         logs = [folder / f"{attempt}.{i}.log" for i in range(3)]
         with contextlib.ExitStack() as stack:
             processes = []
@@ -295,7 +279,7 @@ def _data_parallel_outputs(env: dict, folder) -> list[str]:
             deadline = time.monotonic() + LIMIT
             while coordinator.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.2)
-            if coordinator.returncode not in (0, None) and _port_is_taken(port):
+            if coordinator.returncode not in (0, None) and not port_is_free(port):
                 continue  # its port was taken: all three again
             for process in processes:
                 process.wait(timeout=max(1.0, deadline - time.monotonic()))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -13,7 +12,11 @@ from pathlib import Path
 
 import httpx2
 
-from tests.helpers import write_acl
+from tests.helpers import (
+    free_ports,
+    port_is_free,  # noqa: F401 (test_serve.py imports it from here)
+    write_acl,
+)
 
 # Reviews the tiny model reads (its words are those of `write_acl`).
 POSITIVE = "The film was great, I loved it. Superb!"
@@ -48,19 +51,7 @@ def run_python(args: list[str], env: dict, timeout: float = 300):
 
 def free_port() -> int:
     """A TCP port that nothing listens on at 127.0.0.1 (at the time asked)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def port_is_free(port: int) -> bool:
-    """Whether `port` can be bound at 127.0.0.1 now."""
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
+    return free_ports(1)[0]
 
 
 # The line `keras-selfattn serve` prints once it listens, with the bound port.

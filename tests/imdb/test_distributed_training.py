@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -28,7 +27,7 @@ import pytest
 
 from keras_selfattn.imdb import cli
 from keras_selfattn.imdb.model import load
-from tests.helpers import tensorboard_scalars, to_numpy, write_acl
+from tests.helpers import free_ports, tensorboard_scalars, to_numpy, write_acl
 
 pytestmark = [pytest.mark.tensorflow_only, pytest.mark.distributed]
 
@@ -165,19 +164,8 @@ def _runs():
                 run.process.wait()
 
 
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def _tf_configs(n: int) -> list[str]:
-    workers = [f"127.0.0.1:{port}" for port in _free_ports(n)]
+    workers = [f"127.0.0.1:{port}" for port in free_ports(n)]
     return [
         json.dumps(
             {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}
@@ -187,7 +175,7 @@ def _tf_configs(n: int) -> list[str]:
 
 
 # What a worker prints (and exits) when its port was taken after `_free_ports`
-# closed it; and what each prints once the cluster stands (every port bound).
+# found it; and what each prints once the cluster stands (every port bound).
 _PORT_TAKEN = "Could not start gRPC server"
 _CLUSTER_UP = "distribute: multiworker ("
 PORT_TRIES = 3
