@@ -281,9 +281,11 @@ def _data_parallel_outputs(env: dict, folder) -> list[str]:
                 time.sleep(0.2)
             if coordinator.returncode not in (0, None) and not port_is_free(port):
                 continue  # its port was taken: all three again
-            for process in processes:
-                process.wait(timeout=max(1.0, deadline - time.monotonic()))
             for process, log in zip(processes, logs, strict=True):
+                try:
+                    process.wait(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pytest.fail(f"ran past {LIMIT} s:\n{log.read_text()[-3000:]}")
                 assert process.returncode == 0, log.read_text()[-3000:]
             return [log.read_text() for log in logs]
     pytest.fail(f"no free coordinator port in {PORT_TRIES} tries")

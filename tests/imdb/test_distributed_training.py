@@ -174,7 +174,7 @@ def _tf_configs(n: int) -> list[str]:
     ]
 
 
-# What a worker prints (and exits) when its port was taken after `_free_ports`
+# What a worker prints (and exits) when its port was taken after `free_ports`
 # found it; and what each prints once the cluster stands (every port bound).
 _PORT_TAKEN = "Could not start gRPC server"
 _CLUSTER_UP = "distribute: multiworker ("
