@@ -1,7 +1,8 @@
-"""Helpers shared by the test modules: arrays, gradients, tiny data sets, PNGs."""
+"""Helpers shared by the test modules: arrays, gradients, data sets, PNGs, ports."""
 
 from __future__ import annotations
 
+import socket
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -141,3 +142,30 @@ def tensorboard_scalars(log_dir: Path) -> dict[str, dict[str, int]]:
             for value in event.summary.value:
                 tags[value.tag] = tags.get(value.tag, 0) + 1
     return runs
+
+
+def free_ports(n: int = 1) -> list[int]:
+    """`n` TCP ports that nothing listens on at 127.0.0.1 (at the time asked).
+
+    Another process can take one before it is used: a child process that must
+    be told its port up front is started again on fresh ports when it cannot
+    bind; a server of ours binds port 0 and says which port it got.
+    """
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def port_is_free(port: int) -> bool:
+    """Whether `port` can be bound at 127.0.0.1 now."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True

@@ -1,10 +1,12 @@
 """Executes every notebook in notebooks/, so that the tutorials never rot.
 
 Each notebook runs top to bottom in a fresh Jupyter kernel; a cell that raises
-(its asserts included) fails the test. The kernel is a temporary kernelspec that
-starts `sys.executable`, the interpreter running pytest, so the notebooks see
-exactly this environment and this checkout, whatever other `python3` kernels
-the machine has registered. Matplotlib is headless (Agg).
+(its asserts included) fails the test. Notebook 03 runs its fast setting
+(`KERAS_SELFATTN_NOTEBOOK_FAST=1` in the kernel's environment). The kernel is
+a temporary kernelspec that starts `sys.executable`, the interpreter running
+pytest, so the notebooks see exactly this environment and this checkout,
+whatever other `python3` kernels the machine has registered. Matplotlib is
+headless (Agg).
 
 The notebooks are committed with their outputs (the docs render them as they
 are); each test run first clears them, so that it executes from scratch and
@@ -55,6 +57,8 @@ def kernel_dir(tmp_path_factory) -> Path:
             "MPLBACKEND": "Agg",
             "KERAS_BACKEND": keras.backend.backend(),
             "TF_CPP_MIN_LOG_LEVEL": "3",
+            # Notebook 03's test-size setting (read in its first cell).
+            "KERAS_SELFATTN_NOTEBOOK_FAST": "1",
         },
     }
     (spec_dir / "kernel.json").write_text(json.dumps(spec))

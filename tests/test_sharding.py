@@ -13,20 +13,22 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import keras
 import numpy as np
 import pytest
 
 from keras_selfattn import layout_map
-from tests.helpers import needs_keras
+from tests.helpers import free_ports, needs_keras, port_is_free
 
 pytestmark = pytest.mark.backend_independent
 
+# Largest difference of the sharded and the one-device results, relative to the
+# largest |value| of the one-device result (float32 sums in another order).
 TOLERANCE = 1e-5
 
 
@@ -81,8 +83,9 @@ def test_layout_map_argument_errors():
 # JAX, in fresh processes
 
 # Each layer once on one device and once under ModelParallel with the same
-# weights: the largest differences of outputs and gradients (of the weights
-# and the input), and how each weight is laid out.
+# (seeded) weights: the largest differences of outputs and of gradients (of
+# the weights and the input), each relative to the largest |value| of the
+# one-device output or gradients, and how each weight is laid out.
 _MODEL_PARALLEL = textwrap.dedent(
     """
     import json
@@ -115,8 +118,15 @@ _MODEL_PARALLEL = textwrap.dedent(
         (_, y), (grads, x_grad) = run(trainable, x)
         return [np.asarray(a) for a in (y, x_grad, *grads)]
 
+    # max |got - expected| over the arrays, relative to the largest |expected|
+    # of them all (one scale: a key bias's gradient is zero).
+    def largest_difference(got, expected):
+        difference = max(np.abs(a - b).max() for a, b in zip(got, expected))
+        return float(difference / max(np.abs(b).max() for b in expected))
+
     names = ["SelfAttention", "MultiHeadAttention", "AttentionPooling",
              "TransformerEncoder"]
+    keras.utils.set_random_seed(0)  # the same weights in every run
     rng = np.random.default_rng(0)
     x = rng.normal(size=(3, 6, 16)).astype("float32")
     one_device = {}
@@ -137,9 +147,8 @@ _MODEL_PARALLEL = textwrap.dedent(
         model.set_weights(weights)
         got = output_and_grads(model, x, upstream)
         report[name] = {
-            "output": float(np.abs(got[0] - expected[0]).max()),
-            "gradients": max(float(np.abs(a - b).max())
-                             for a, b in zip(got[1:], expected[1:])),
+            "output": largest_difference(got[:1], expected[:1]),
+            "gradients": largest_difference(got[1:], expected[1:]),
             "layouts": {
                 v.path.split("/", 1)[1]: [
                     str(v.value.sharding.spec),
@@ -236,34 +245,62 @@ def test_model_parallel_matches_one_device(subprocess_env):
     assert encoder["attention_norm/gamma"][1] == [[16]]  # replicated
 
 
+PORT_TRIES = 3
+
+
+def _data_parallel_outputs(env: dict, folder) -> list[str]:
+    """The outputs of `_DATA_PARALLEL`'s two processes and of the one.
+
+    The coordinator's port is found free here and bound by process 0, so
+    another process can take it in between: then process 0 dies (JAX's
+    coordinator crashes, without a message) while the port stays taken, and
+    all three start again on a fresh port (`PORT_TRIES` times).
+    """
+    for attempt in range(PORT_TRIES):
+        (port,) = free_ports(1)
+        logs = [folder / f"{attempt}.{i}.log" for i in range(3)]
+        with contextlib.ExitStack() as stack:
+            processes = []
+            for log, arguments in zip(
+                logs, ([f"127.0.0.1:{port}", "0"], [f"127.0.0.1:{port}", "1"],
+                       ["one", "0"]), strict=True
+            ):  # fmt: skip
+                output = stack.enter_context(open(log, "w"))
+                process = subprocess.Popen(
+                    [sys.executable, "-c", _DATA_PARALLEL, *arguments],
+                    env=env,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                )
+                stack.callback(process.wait)
+                stack.callback(process.kill)
+                processes.append(process)
+            coordinator = processes[0]
+            deadline = time.monotonic() + LIMIT
+            while coordinator.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if coordinator.returncode not in (0, None) and not port_is_free(port):
+                continue  # its port was taken: all three again
+            for process, log in zip(processes, logs, strict=True):
+                try:
+                    process.wait(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pytest.fail(f"ran past {LIMIT} s:\n{log.read_text()[-3000:]}")
+                assert process.returncode == 0, log.read_text()[-3000:]
+            return [log.read_text() for log in logs]
+    pytest.fail(f"no free coordinator port in {PORT_TRIES} tries")
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 @needs_keras("3.10", "older Keras calls jax.spmd_mode, which this JAX lacks")
 def test_data_parallel_fit_on_two_processes_equals_one_process_on_the_global_batch(
-    subprocess_env,
+    subprocess_env, tmp_path
 ):
     # Each process trains on its half of every global batch of 16: only
     # gradients averaged across the processes give the weights of one process
     # that sees the whole batch (two unsynchronised runs would not).
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{s.getsockname()[1]}"
-    env = _jax_env(subprocess_env)
-    processes = []
-    with contextlib.ExitStack() as stack:
-        for arguments in ([address, "0"], [address, "1"], ["one", "0"]):
-            process = subprocess.Popen(
-                [sys.executable, "-c", _DATA_PARALLEL, *arguments],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            stack.callback(process.kill)
-            processes.append(process)
-        outputs = [p.communicate(timeout=LIMIT)[0] for p in processes]
-    for process, output in zip(processes, outputs, strict=True):
-        assert process.returncode == 0, output[-3000:]
+    outputs = _data_parallel_outputs(_jax_env(subprocess_env), tmp_path)
     first, second, one = (_report(output) for output in outputs)
     assert first["devices"] == 2 and first["local_devices"] == 1
     assert one["devices"] == 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
+import re
 import subprocess
 import sys
 import time
@@ -63,32 +63,30 @@ def predict_in_fresh_process(model: Path, texts: list[str], env: dict) -> list[f
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def free_port() -> int:
-    """A TCP port that nothing listens on at 127.0.0.1 (at the time asked)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# The line `keras-selfattn serve` prints once it listens, with the bound port.
+_SERVING = re.compile(r"^serving .* on (http://127\.0\.0\.1:\d+)/ ", re.MULTILINE)
 
 
 @contextlib.contextmanager
 def running_server(
     model: Path, env: dict, log: Path, timeout: float = 180.0
 ) -> Iterator[str]:
-    """Runs `keras-selfattn serve model` on a free port of 127.0.0.1.
+    """Runs `keras-selfattn serve model --port 0` at 127.0.0.1.
 
-    Yields the base URL once `/healthz` answers; the server is always
-    stopped (SIGTERM, then SIGKILL) on the way out.
+    The server binds a port the system picks and prints it: no port is found
+    here and handed over, which another process could take first. Yields the
+    base URL once `/healthz` answers; the server is always stopped (SIGTERM,
+    then SIGKILL) on the way out.
     """
-    port = free_port()
     command = [sys.executable, "-m", "keras_selfattn", "serve", str(model)]
     with open(log, "wb") as output:
         process = subprocess.Popen(
-            [*command, "--port", str(port)],
+            [*command, "--port", "0"],
             stdout=output,
             stderr=subprocess.STDOUT,
             env=env,
         )
-    url = f"http://127.0.0.1:{port}"
+    url = None
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -96,9 +94,12 @@ def running_server(
                 raise AssertionError(f"serve exited: {log.read_text()[-2000:]}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"serve not up in {timeout} s: {log.read_text()}")
-            with contextlib.suppress(httpx2.TransportError):
-                if httpx2.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
+            if url is None and (found := _SERVING.search(log.read_text())):
+                url = found.group(1)
+            if url is not None:
+                with contextlib.suppress(httpx2.TransportError):
+                    if httpx2.get(f"{url}/healthz", timeout=2).status_code == 200:
+                        break
             time.sleep(0.3)
         yield url
     finally:

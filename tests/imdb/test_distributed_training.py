@@ -3,10 +3,12 @@
 Every run is a fresh process of the command line (TensorFlow fixes its devices
 and its cluster once per process): mirrored training on two logical CPUs; two
 multi-worker processes on 127.0.0.1, each with its own `TF_CONFIG`; a worker
-killed with SIGKILL after epoch 1, which stops the other with one line, and
-both resumed; and a single process killed in epoch 2 whose resumed run ends
-with exactly the weights of an uninterrupted one. Each process has a time
-limit and is killed when a test ends, passed or failed.
+killed with SIGKILL after epoch 1, which stops the other with one line (within
+the collective timeout the test sets), and both resumed; and a single process
+killed in epoch 2 whose resumed run ends with exactly the weights of an
+uninterrupted one. Each process has a time limit and is killed when a test
+ends, passed or failed. Workers whose ports were taken before they bound them
+start again on fresh ports.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -26,7 +27,7 @@ import pytest
 
 from keras_selfattn.imdb import cli
 from keras_selfattn.imdb.model import load
-from tests.helpers import tensorboard_scalars, to_numpy, write_acl
+from tests.helpers import free_ports, tensorboard_scalars, to_numpy, write_acl
 
 pytestmark = [pytest.mark.tensorflow_only, pytest.mark.distributed]
 
@@ -39,6 +40,11 @@ TINY = [
 # Seconds a training process may take; a worker's error after a lost peer.
 LIMIT = 180
 LOST_WORKER_LIMIT = 60
+# The collective timeout of the lost-worker run (KERAS_SELFATTN_COLLECTIVE_TIMEOUT):
+# the code promises the error within it, where TensorFlow does not notice the
+# loss sooner, which leaves the rest of LOST_WORKER_LIMIT to stop the process.
+# Long enough for one worker to wait for the other at the first all-reduce.
+LOST_WORKER_TIMEOUT = 30
 
 # Runs the command line, recording each epoch's loss to $LOSSES. With
 # KILL_AFTER_EPOCH=N it kills itself (SIGKILL) after epoch N, and with
@@ -107,6 +113,7 @@ class _Run:
             LOSSES=str(self.losses),
             KILL_STAMP=str(self.stamp),
             KERAS_SELFATTN_QUIET="1",
+            PYTHONUNBUFFERED="1",  # its log is read while it runs
             **extra_env,
         )
         with open(self.log, "w") as log:
@@ -157,19 +164,8 @@ def _runs():
                 run.process.wait()
 
 
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def _tf_configs(n: int) -> list[str]:
-    workers = [f"127.0.0.1:{port}" for port in _free_ports(n)]
+    workers = [f"127.0.0.1:{port}" for port in free_ports(n)]
     return [
         json.dumps(
             {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}
@@ -178,14 +174,50 @@ def _tf_configs(n: int) -> list[str]:
     ]
 
 
-def _start_workers(runs, tmp_path, name, args, env, **worker1_env) -> list[_Run]:
-    """Starts worker 0 (the chief) and worker 1 of a new two-worker cluster."""
-    for i, tf_config in enumerate(_tf_configs(2)):
-        extra = worker1_env if i == 1 else {}
-        runs.append(
-            _Run(tmp_path, f"{name}{i}", args, env, TF_CONFIG=tf_config, **extra)
-        )
-    return runs[-2:]
+# What a worker prints (and exits) when its port was taken after `free_ports`
+# found it; and what each prints once the cluster stands (every port bound).
+_PORT_TAKEN = "Could not start gRPC server"
+_CLUSTER_UP = "distribute: multiworker ("
+PORT_TRIES = 3
+
+
+def _cluster_stands(workers: list[_Run]) -> bool:
+    """Waits until every worker has joined the cluster: False if one could
+    not bind its port; True once all joined, or one stopped for another
+    reason, which the caller's checks report."""
+    deadline = time.monotonic() + LIMIT
+    while time.monotonic() < deadline:
+        if all(_CLUSTER_UP in run.output() for run in workers):
+            return True
+        for run in workers:
+            if run.process.poll() is not None:
+                return _PORT_TAKEN not in run.output()
+        time.sleep(0.2)
+    return True
+
+
+def _start_workers(
+    runs, tmp_path, name, args, env, worker1_env=None, **both_env
+) -> list[_Run]:
+    """Starts worker 0 (the chief) and worker 1 of a new two-worker cluster.
+
+    TF_CONFIG names the ports before the workers start, so a port found free
+    can be taken by another process before its worker binds it: then both
+    are stopped and started again on fresh ports (`PORT_TRIES` times).
+    """
+    for _ in range(PORT_TRIES):
+        workers = []
+        for i, tf_config in enumerate(_tf_configs(2)):
+            extra = dict(both_env, **(worker1_env or {})) if i == 1 else both_env
+            run = _Run(tmp_path, f"{name}{i}", args, env, TF_CONFIG=tf_config, **extra)
+            workers.append(run)
+            runs.append(run)
+        if _cluster_stands(workers):
+            return workers
+        for run in workers:
+            run.process.kill()
+            run.process.wait()
+    pytest.fail(f"no cluster in {PORT_TRIES} tries: ports taken each time")
 
 
 def _assert_predicts_raw_strings(model_path: Path, env) -> None:
@@ -275,8 +307,10 @@ def test_killed_worker_stops_the_other_and_both_resume(
     args += ["--distribute", "multiworker", "--out", str(tmp_path / "m.keras")]
     with _runs() as runs:
         chief, worker = _start_workers(
-            runs, tmp_path, "first", args, subprocess_env, KILL_AFTER_EPOCH="1"
-        )
+            runs, tmp_path, "first", args, subprocess_env,
+            worker1_env={"KILL_AFTER_EPOCH": "1"},
+            KERAS_SELFATTN_COLLECTIVE_TIMEOUT=str(LOST_WORKER_TIMEOUT),
+        )  # fmt: skip
         assert worker.wait() == -9  # SIGKILL, after its epoch 1
         killed_at = float(worker.stamp.read_text())
         code = chief.wait(LOST_WORKER_LIMIT)
