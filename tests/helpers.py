@@ -50,6 +50,26 @@ def to_numpy(x) -> np.ndarray:
     return keras.ops.convert_to_numpy(x)
 
 
+def paired_with_keras(theirs, ours, q, v):
+    """Keras's layer and ours (built here), ours with Keras's weights.
+
+    Keras's is built with `return_attention_scores=True`: its explicit path,
+    since its fused JAX path rejects `value_dim != key_dim`.
+    """
+    theirs(q, v, return_attention_scores=True)
+    ours(q, v)
+    ours.set_weights(theirs.get_weights())
+    return theirs, ours
+
+
+def assert_close(ours, theirs, where=None, atol: float = 1e-5) -> None:
+    """`ours` equals `theirs` within `atol` (at `where`, an index, if given)."""
+    ours, theirs = to_numpy(ours), to_numpy(theirs)
+    if where is not None:
+        ours, theirs = ours[where], theirs[where]
+    np.testing.assert_allclose(ours, theirs, atol=atol, rtol=0)
+
+
 def output_and_grads(
     fn: Callable, args: Sequence[np.ndarray], upstream: np.ndarray
 ) -> tuple[np.ndarray, list[np.ndarray]]:

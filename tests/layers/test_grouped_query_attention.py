@@ -15,7 +15,14 @@ from keras.src.backend import get_keras_mask
 
 from keras_selfattn import GroupQueryAttention, _backend, scaled_dot_product_attention
 from keras_selfattn.layers.grouped_query_attention import KERAS_NEEDED
-from tests.helpers import BACKEND, needs_keras, output_and_grads, to_numpy
+from tests.helpers import (
+    BACKEND,
+    assert_close,
+    needs_keras,
+    output_and_grads,
+    paired_with_keras,
+    to_numpy,
+)
 from tests.reference import reference_attention
 
 pytestmark = needs_keras(KERAS_NEEDED, "our layer mirrors its constructor")
@@ -23,19 +30,9 @@ pytestmark = needs_keras(KERAS_NEEDED, "our layer mirrors its constructor")
 
 def _pair(q, v, **kwargs):
     """Keras's layer and ours with the same weights, both built on (q, v)."""
-    theirs = keras.layers.GroupQueryAttention(**kwargs)
-    ours = GroupQueryAttention(**kwargs)
-    theirs(q, v)
-    ours(q, v)
-    ours.set_weights(theirs.get_weights())
-    return theirs, ours
-
-
-def _assert_close(ours, theirs, where=None):
-    ours, theirs = to_numpy(ours), to_numpy(theirs)
-    if where is not None:
-        ours, theirs = ours[where], theirs[where]
-    np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=0)
+    return paired_with_keras(
+        keras.layers.GroupQueryAttention(**kwargs), GroupQueryAttention(**kwargs), q, v
+    )
 
 
 _HEADS = {"head_dim": 4, "num_query_heads": 4, "num_key_value_heads": 2}
@@ -88,11 +85,11 @@ def test_parity_with_keras(rng, config, call, cross):
     call = dict(call)
     if call.get("attention_mask") == "random":
         call["attention_mask"] = _visible_mask(rng, q.shape[1], v.shape[1])
-    _assert_close(ours(q, v, **call), theirs(q, v, **call))
+    assert_close(ours(q, v, **call), theirs(q, v, **call))
     a, a_scores = theirs(q, v, return_attention_scores=True, **call)
     b, b_scores = ours(q, v, return_attention_scores=True, **call)
-    _assert_close(b, a)
-    _assert_close(b_scores, a_scores)
+    assert_close(b, a)
+    assert_close(b_scores, a_scores)
 
 
 @pytest.mark.parametrize("cross", [False, True], ids=["self", "cross"])
@@ -104,8 +101,8 @@ def test_parity_with_keras_dropout_in_training(rng, cross):
     theirs, ours = _pair(q, v, **_HEADS, dropout=0.5, seed=3)
     a, a_scores = theirs(q, v, training=True, return_attention_scores=True)
     b, b_scores = ours(q, v, training=True, return_attention_scores=True)
-    _assert_close(b, a)
-    _assert_close(b_scores, a_scores)
+    assert_close(b, a)
+    assert_close(b_scores, a_scores)
     # Dropout really ran: a second draw differs, and inference has none.
     assert not np.allclose(to_numpy(ours(q, v, training=True)), to_numpy(b))
     assert not np.allclose(to_numpy(ours(q, v)), to_numpy(b))
@@ -120,7 +117,7 @@ def test_parity_with_separate_key(rng):
     theirs(q, v, k)
     ours(q, v, k)
     ours.set_weights(theirs.get_weights())
-    _assert_close(ours(q, v, k), theirs(q, v, k))
+    assert_close(ours(q, v, k), theirs(q, v, k))
 
 
 # Keras's own layer warns that its projections drop the Keras mask; ours
@@ -139,8 +136,8 @@ def test_parity_with_keras_masks_at_real_positions(rng):
         a, a_scores = theirs(x, x, return_attention_scores=True, **kwargs)
         b, b_scores = ours(x, x, return_attention_scores=True, **kwargs)
         real = tokens != 0
-        _assert_close(b, a, where=real)
-        _assert_close(b_scores, a_scores, where=real[:, None, :].repeat(4, 1))
+        assert_close(b, a, where=real)
+        assert_close(b_scores, a_scores, where=real[:, None, :].repeat(4, 1))
         np.testing.assert_array_equal(to_numpy(b)[~real], 0.0)
         np.testing.assert_array_equal(
             to_numpy(b_scores).transpose(0, 2, 1, 3)[~real], 0.0
@@ -159,7 +156,7 @@ def test_chunked_path_equals_plain_path(rng, chunked_calls):
     chunked.set_weights(plain.get_weights())
     assert chunked_calls == [4]  # Only the layer with a chunk_size chunks.
     for kwargs in ({}, {"use_causal_mask": True}):
-        _assert_close(chunked(x, x, **kwargs), plain(x, x, **kwargs))
+        assert_close(chunked(x, x, **kwargs), plain(x, x, **kwargs))
     assert chunked_calls == [4] * 3
 
 
@@ -346,7 +343,7 @@ def test_config_round_trip_and_saving(tmp_path, rng):
     model.save(tmp_path / "gqa.keras")
     loaded = keras.saving.load_model(tmp_path / "gqa.keras")
     assert isinstance(loaded.layers[-1], GroupQueryAttention)
-    _assert_close(loaded(x), model(x))
+    assert_close(loaded(x), model(x))
 
 
 @pytest.mark.backend_independent

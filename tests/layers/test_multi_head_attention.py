@@ -11,26 +11,21 @@ import pytest
 
 from keras_selfattn import MultiHeadAttention
 from keras_selfattn.layers.multi_head_attention import _KERAS_ACCEPTS, _KERAS_SINCE
-from tests.helpers import for_this_keras, needs_keras, release, to_numpy
+from tests.helpers import (
+    assert_close,
+    for_this_keras,
+    needs_keras,
+    paired_with_keras,
+    release,
+    to_numpy,
+)
 
 
 def _pair(rng, q, v, **kwargs):
     """Keras's layer and ours with the same weights, both built on (q, v)."""
-    theirs = keras.layers.MultiHeadAttention(**kwargs)
-    ours = MultiHeadAttention(**kwargs)
-    # Built through Keras's explicit path: its fused JAX path rejects
-    # value_dim != key_dim.
-    theirs(q, v, return_attention_scores=True)
-    ours(q, v)
-    ours.set_weights(theirs.get_weights())
-    return theirs, ours
-
-
-def _assert_close(ours, theirs, where=None):
-    ours, theirs = to_numpy(ours), to_numpy(theirs)
-    if where is not None:
-        ours, theirs = ours[where], theirs[where]
-    np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=0)
+    return paired_with_keras(
+        keras.layers.MultiHeadAttention(**kwargs), MultiHeadAttention(**kwargs), q, v
+    )
 
 
 _CONFIGS = {
@@ -83,10 +78,10 @@ def test_parity_with_keras(rng, config, call, cross):
         call["attention_mask"] = mask
     a, a_scores = theirs(q, v, return_attention_scores=True, **call)
     b, b_scores = ours(q, v, return_attention_scores=True, **call)
-    _assert_close(b, a)
-    _assert_close(b_scores, a_scores)
+    assert_close(b, a)
+    assert_close(b_scores, a_scores)
     # Our path without scores (the backend's fused kernel where it has one).
-    _assert_close(ours(q, v, **call), a)
+    assert_close(ours(q, v, **call), a)
 
 
 @pytest.mark.parametrize("cross", [False, True], ids=["self", "cross"])
@@ -98,8 +93,8 @@ def test_parity_with_keras_dropout_in_training(rng, cross):
     theirs, ours = _pair(rng, q, v, num_heads=2, key_dim=4, dropout=0.5, seed=3)
     a, a_scores = theirs(q, v, training=True, return_attention_scores=True)
     b, b_scores = ours(q, v, training=True, return_attention_scores=True)
-    _assert_close(b, a)
-    _assert_close(b_scores, a_scores)
+    assert_close(b, a)
+    assert_close(b_scores, a_scores)
     # Dropout really ran: a second draw differs, and inference has none.
     assert not np.allclose(to_numpy(ours(q, v, training=True)), to_numpy(b))
     assert not np.allclose(to_numpy(ours(q, v)), to_numpy(b))
@@ -114,7 +109,7 @@ def test_parity_with_separate_key(rng):
     theirs(q, v, k)
     ours(q, v, k)
     ours.set_weights(theirs.get_weights())
-    _assert_close(ours(q, v, k), theirs(q, v, k))
+    assert_close(ours(q, v, k), theirs(q, v, k))
 
 
 def test_parity_with_keras_masks_at_real_positions(rng):
@@ -134,7 +129,7 @@ def test_parity_with_keras_masks_at_real_positions(rng):
     theirs = to_numpy(outputs["theirs"](tokens))
     ours = to_numpy(outputs["ours"](tokens))
     real = tokens != 0
-    _assert_close(ours, theirs, where=real)
+    assert_close(ours, theirs, where=real)
     np.testing.assert_array_equal(ours[~real], 0.0)
 
 
@@ -149,7 +144,7 @@ def test_fully_masked_query_rows_are_zero_where_keras_averages(rng):
     # Keras's path without scores averages the values for that row instead.
     keras_out = theirs(q, q, attention_mask=mask)
     assert np.abs(to_numpy(keras_out)[0, 1]).max() > 1e-3
-    _assert_close(out, keras_out, where=(0, [0, 2, 3]))
+    assert_close(out, keras_out, where=(0, [0, 2, 3]))
 
 
 def test_same_weights_in_the_same_order(rng):
@@ -241,15 +236,15 @@ def test_high_dim_parity_with_keras(rng, query_shape, value_shape, axes):
     a, a_scores = theirs(q, v, return_attention_scores=True)
     b, b_scores = ours(q, v, return_attention_scores=True)
     assert tuple(b_scores.shape) == tuple(a_scores.shape)
-    _assert_close(b, a)
-    _assert_close(b_scores, a_scores)
-    _assert_close(ours(q, v), a)  # the path without scores
+    assert_close(b, a)
+    assert_close(b_scores, a_scores)
+    assert_close(ours(q, v), a)  # the path without scores
     # An attention mask in Keras's layout: the scores without the heads axis.
     n = len(ours._normalized_attention_axes(len(query_shape) + 1))
     heads_axis = len(a_scores.shape) - 2 * n - 1
     mask = rng.random(np.delete(a_scores.shape, heads_axis)) > 0.3
     mask[(..., *([0] * n))] = True  # every query keeps its first key
-    _assert_close(ours(q, v, attention_mask=mask), theirs(q, v, attention_mask=mask))
+    assert_close(ours(q, v, attention_mask=mask), theirs(q, v, attention_mask=mask))
 
 
 def test_image_attention_is_causal_over_flattened_positions(rng, chunked_calls):
