@@ -190,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("model")
     serve.add_argument("--host", default="127.0.0.1", help="0.0.0.0: all networks")
     port = functools.partial(v.check_int_in_range, low=0, high=65535)
-    serve.add_argument("--port", type=_checked("port", port), default=8000)
+    serve.add_argument("--port", type=_checked("port", port), default=8000,
+                       help="0: a free port, printed once listening")  # fmt: skip
     return parser
 
 
