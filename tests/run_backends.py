@@ -21,7 +21,7 @@ the TensorFlow backend with the oldest Keras that setup.cfg allows. It runs
 in a virtual environment of its own, `.keras-floor/keras-FLOOR/`, made on the
 first run and kept: it holds only that Keras (pip downloads it once) and sees
 every other package of the running environment through a `.pth` file. It
-runs after TensorFlow's pass, in its lane; `--no-keras-floor` leaves it out.
+runs after the others of the last lane; `--no-keras-floor` leaves it out.
 """
 
 from __future__ import annotations
@@ -139,16 +139,14 @@ def _lanes(backends: list[str], jobs: int) -> list[list[str]]:
 
 def _plan(backends: list[str], jobs: int, floor: str | None) -> list[list[str]]:
     """The lanes of passes: `_lanes`, then the floor pass (unless `floor` is
-    None) last in the first lane, after TensorFlow's pass: measured on
-    2026-12-01, TensorFlow's pass (about 500 s) is now shorter than JAX's and
-    PyTorch's together (about 650 s).
+    None) last in the last lane, the shorter (JAX, then PyTorch).
 
     >>> _plan(["tensorflow", "jax", "torch"], 2, "3.7.0")
-    [['tensorflow', 'tensorflow (keras 3.7.0)'], ['jax', 'torch']]
+    [['tensorflow'], ['jax', 'torch', 'tensorflow (keras 3.7.0)']]
     """
     lanes = _lanes(backends, jobs)
     if floor is not None:
-        lanes[0].append(floor_name(floor))
+        lanes[-1].append(floor_name(floor))
     return lanes
 
 

@@ -35,9 +35,9 @@ def test_one_backend_is_one_lane():
     assert _lanes(["jax"], 2) == [["jax"]]
 
 
-def test_the_floor_pass_follows_tensorflow_unless_left_out():
+def test_the_floor_pass_ends_the_last_lane_unless_left_out():
     floor = "tensorflow (keras 3.7.0)"
-    assert _plan(BACKENDS, 2, "3.7.0") == [["tensorflow", floor], ["jax", "torch"]]
+    assert _plan(BACKENDS, 2, "3.7.0") == [["tensorflow"], ["jax", "torch", floor]]
     assert _plan(BACKENDS, 1, "3.7.0") == [[*BACKENDS, floor]]
     assert _plan(["jax"], 2, "3.7.0") == [["jax", floor]]
     assert _plan(BACKENDS, 2, None) == _lanes(BACKENDS, 2)
