@@ -29,7 +29,7 @@ def pytest_report_header(config):
 # TensorFlow (the demo, tf.function, tf.distribute). `backend_independent`:
 # they would test the same thing on every backend (argument checks, configs).
 # `jax_pass`: backend-agnostic and slow (the tutorial notebooks 01 and 02),
-# run once in the JAX pass, whose lane (JAX, then PyTorch) is the shorter.
+# run once, in the JAX pass.
 _ONE_PASS_MARKS = {
     "tensorflow_only": "tensorflow",
     "backend_independent": "tensorflow",
