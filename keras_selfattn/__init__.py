@@ -11,6 +11,8 @@ Public API:
 - `AttentionPooling`: a learned, mask-aware attention-weighted average over time.
 - `TokenAndPositionEmbedding`: token plus position embedding, padding id 0 masked.
 - `TransformerEncoder`: one encoder block on this package's attention.
+- `convert`: makes an existing model's Keras and keras-hub attention layers
+  compute through the kernel, in place; returns a `ConversionReport`.
 - `layout_map`: how the layers shard under `keras.distribution.ModelParallel`.
 """
 
@@ -22,6 +24,7 @@ from keras_selfattn import _launcher  # noqa: F401
 # ClipSequence, BigramEmbedding), so they load after `import keras_selfattn`.
 from keras_selfattn import text as _text  # noqa: F401
 from keras_selfattn.attention import masked_softmax, scaled_dot_product_attention
+from keras_selfattn.convert import ConversionReport, convert
 from keras_selfattn.layers.encoder import TransformerEncoder
 from keras_selfattn.layers.grouped_query_attention import GroupQueryAttention
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
@@ -34,12 +37,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AttentionPooling",
+    "ConversionReport",
     "GroupQueryAttention",
     "MultiHeadAttention",
     "SelfAttention",
     "TokenAndPositionEmbedding",
     "TransformerEncoder",
     "__version__",
+    "convert",
     "layout_map",
     "masked_softmax",
     "scaled_dot_product_attention",

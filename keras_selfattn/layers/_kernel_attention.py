@@ -9,10 +9,12 @@ checks, Keras's error for scores under flash attention, and their config.
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import keras
 
+from keras_selfattn._validation import check_paths
 from keras_selfattn.layers._common import check_keras_mask
 
 # The projections Keras's attention layers build (`_gate_dense` with a gate).
@@ -37,6 +39,62 @@ class KernelAttention:
         self._scale = scale
         self._chunk_size = chunk_size
         return scale if scale is not None else 1.0 / math.sqrt(float(head_dim))
+
+    @classmethod
+    def _adopt(cls, layer: keras.layers.Layer, chunk_size: int | None = None) -> None:
+        """Makes `layer`, an instance of the Keras class that `cls` extends,
+        an instance of `cls`, in place (`keras_selfattn.convert`'s one step).
+
+        Why this is safe: `cls` subclasses `type(layer)` (or, for keras-hub's
+        `CachedMultiHeadAttention`, a class with the same constructor, call
+        and attributes), so every attribute Keras's `__init__` and `build`
+        set is already there with the value ours would give it: the same
+        weights (the same variable objects), sub-layers and hooks. Ours adds
+        only what this method sets, as our `__init__` and `build` would:
+
+        - `_flash_attention` is kept: Keras's value (`flash_attention or
+          keras.config.is_flash_attention_enabled()`) is what it computes
+          with; ours reads it the same way.
+        - `_scale = None`: Keras's scale, `1 / sqrt(key_dim)`, already in
+          `_inverse_sqrt_key_dim` (`_inverse_sqrt_head_dim` in grouped-query
+          attention), which ours scales by.
+        - `_chunk_size = chunk_size`, checked as our constructor checks it.
+        - Built layers hand masks on through their projections, as our
+          `build` makes them.
+        - `_sliding_window` and `_use_gate` where an older Keras lacks them
+          (at their defaults, as our `__init__` sets them).
+        - What `keras.layers.Layer.__init__` reads from the class's `call`
+          (its signature, whether it takes `training` ...) is read again.
+
+        Raises:
+            ValueError: `chunk_size` is not a positive integer, or the layer's
+                dropout or flash attention forbids the chunked path.
+        """
+        cls._check_adoptable(layer, chunk_size)
+        layer.__class__ = cls
+        layer._scale = None
+        layer._chunk_size = chunk_size
+        # A Keras older than `sliding_window` (3.15) and `use_gate` (3.14)
+        # leaves them unset; our `__init__` sets their defaults.
+        for name, default in (("_sliding_window", None), ("_use_gate", False)):
+            if not hasattr(layer, name):
+                setattr(layer, name, default)
+        signature = inspect.signature(layer.call)
+        layer._call_signature = signature
+        layer.call_signature_parameters = list(signature.parameters)
+        layer._call_has_training_arg = "training" in signature.parameters
+        layer._call_has_mask_arg = "mask" in signature.parameters
+        if hasattr(layer, "_call_context_args"):
+            layer._call_has_context_arg = {
+                arg: arg in signature.parameters for arg in layer._call_context_args
+            }
+        if layer.built:
+            layer._hand_on_masks()
+
+    @staticmethod
+    def _check_adoptable(layer: keras.layers.Layer, chunk_size: int | None) -> None:
+        """Raises `_adopt`'s `ValueError` for `layer`, changing nothing."""
+        check_paths(chunk_size, layer._flash_attention, layer._dropout)
 
     @property
     def scale(self) -> float | None:

@@ -1,0 +1,254 @@
+"""convert: the attention layers of a model you already have, on the kernel.
+
+`convert(model)` finds every `keras.layers.MultiHeadAttention`,
+`keras.layers.GroupQueryAttention` and keras-hub `CachedMultiHeadAttention`
+inside a model and makes it an instance of this package's drop-in for its
+class, in place, keeping its weights. keras-hub is never imported here: its
+class is recognised only when keras-hub is already loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import keras
+
+from keras_selfattn.layers import grouped_query_attention as _gqa
+from keras_selfattn.layers._kernel_attention import KernelAttention
+from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+
+# keras-hub's cached attention, looked up in `sys.modules` only.
+_HUB_CACHED_MODULE = "keras_hub.src.layers.modeling.cached_multi_head_attention"
+
+# A subclass that overrides one of these computes differently from its base.
+_BEHAVIOUR = (
+    "call",
+    "_compute_attention",
+    "_masked_softmax",
+    "_compute_attention_mask",
+    "build",
+)
+
+
+class Entry(NamedTuple):
+    """One attention layer in a `ConversionReport`.
+
+    `path`: the layer's place in the model, its name and those of the layers
+    holding it (`"transformer_layer_0/self_attention"`). `layer_class`: its
+    class before `convert`. `reason`: what `convert` did and why.
+    """
+
+    path: str
+    layer_class: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ConversionReport:
+    """What `keras_selfattn.convert` converted and what it left alone.
+
+    Both are tuples of `Entry(path, layer_class, reason)`, in the order the
+    layers sit in the model. `str(report)` lists them, each
+    with its reason on the line below.
+
+    Example:
+
+    >>> inputs = keras.Input(shape=(4, 8))
+    >>> attention = keras.layers.MultiHeadAttention(2, 4, name="attention")
+    >>> model = keras.Model(inputs, attention(inputs, inputs))
+    >>> report = convert(model)
+    >>> [entry.path for entry in report.converted], report.left_alone
+    (['attention'], ())
+    """
+
+    converted: tuple[Entry, ...]
+    left_alone: tuple[Entry, ...]
+
+    def __str__(self) -> str:
+        lines = [f"converted {len(self.converted)}, left alone {len(self.left_alone)}"]
+        for title, entries in (
+            ("converted", self.converted),
+            ("left alone", self.left_alone),
+        ):
+            for entry in entries:
+                lines.append(f"{title}: {entry.path} ({entry.layer_class})")
+                lines.append(f"    {entry.reason}")
+        return "\n".join(lines)
+
+
+def convert(
+    model: keras.layers.Layer, chunk_size: int | None = None
+) -> ConversionReport:
+    """Makes a model's Keras and keras-hub attention compute through the kernel.
+
+    Every `keras.layers.MultiHeadAttention`, `keras.layers.GroupQueryAttention`
+    and keras-hub `CachedMultiHeadAttention` inside `model` (a functional,
+    Sequential or subclassed model, or any layer, at any depth: attention
+    held inside keras-hub's `TransformerEncoder` and `TransformerDecoder`
+    blocks too) becomes, in place, an instance of this package's drop-in for
+    its class (`keras_selfattn.MultiHeadAttention`,
+    `keras_selfattn.GroupQueryAttention`,
+    `keras_selfattn.CachedMultiHeadAttention`), as `model.quantize` works in
+    place. Its weights stay the same variable objects, its configuration and
+    sub-layers stay; from then on its attention is
+    `keras_selfattn.scaled_dot_product_attention`, with the differences from
+    Keras that those layers document (a query with no key to attend to
+    outputs zeros; the softmax in float32). Built and unbuilt models both
+    work, and the model's compiled functions are reset so that the next
+    `fit`, `predict` or `generate` traces the converted layers.
+
+    Layers are left alone, each with the reason in the report: a subclass of
+    these classes other than the ones above (a custom attention layer: its
+    own `call` or `_compute_attention` would be dropped), a layer that is
+    already this package's, and `GroupQueryAttention` where the installed
+    Keras is older than 3.15. Converting twice changes nothing.
+
+    Saving: a converted functional or Sequential model saves our classes
+    and loads them back. keras-hub models rebuild their layers from their
+    own constructor arguments when loaded, so their attention is keras-hub's
+    again: call `convert` after `keras.saving.load_model` (or
+    `from_preset`).
+
+    Args:
+        model: A Keras model or layer. It need not be built.
+        chunk_size: Optional positive integer, the `chunk_size` of every
+            converted layer: attention over blocks of `chunk_size` keys, in
+            memory linear in the sequence length (see
+            `keras_selfattn.MultiHeadAttention`). That path has no dropout:
+            a layer with `dropout > 0` or `flash_attention=True` then raises
+            a `ValueError`, before any layer is changed. Defaults to `None`,
+            which lets the kernel choose (the chunked path from 4096 keys).
+
+    Returns:
+        A `ConversionReport`: the layers converted and the attention layers
+        left alone, each with the reason.
+
+    Example:
+
+    >>> inputs = keras.Input(shape=(4, 8))
+    >>> attention = keras.layers.MultiHeadAttention(2, 4, name="attention")
+    >>> model = keras.Model(inputs, attention(inputs, inputs))
+    >>> x = np.random.default_rng(0).normal(size=(1, 4, 8))
+    >>> before = model.predict(x, verbose=0)
+    >>> print(convert(model))
+    converted 1, left alone 0
+    converted: attention (keras.layers.MultiHeadAttention)
+        now keras_selfattn.MultiHeadAttention
+    >>> isinstance(attention, MultiHeadAttention)
+    True
+    >>> bool(np.allclose(model.predict(x, verbose=0), before, atol=1e-5))
+    True
+    >>> print(convert(model))
+    converted 0, left alone 1
+    left alone: attention (keras_selfattn.MultiHeadAttention)
+        already computes through keras_selfattn's kernel
+    """
+    drop_ins = _drop_ins()
+    plan, converted, left_alone = [], [], []
+    for path, layer in _attention_layers(model, drop_ins):
+        name = _public_name(type(layer))
+        target = drop_ins.get(type(layer))
+        if isinstance(target, type):
+            try:
+                target._check_adoptable(layer, chunk_size)
+            except ValueError as error:
+                raise ValueError(f"Cannot convert `{path}` ({name}): {error}") from None
+            plan.append((layer, target))
+            converted.append(Entry(path, name, f"now {_public_name(target)}"))
+        else:
+            left_alone.append(Entry(path, name, target or _why_not(layer, drop_ins)))
+    for layer, target in plan:
+        target._adopt(layer, chunk_size)
+    if plan:
+        _reset_compiled_functions(model)
+    return ConversionReport(tuple(converted), tuple(left_alone))
+
+
+def _drop_ins() -> dict[type, type | str]:
+    """Keras's (and keras-hub's) classes -> our drop-in, or why there is none."""
+    drop_ins: dict[type, type | str] = {
+        keras.layers.MultiHeadAttention: MultiHeadAttention
+    }
+    keras_gqa = getattr(keras.layers, "GroupQueryAttention", None)
+    if keras_gqa is not None:
+        drop_ins[keras_gqa] = (
+            _gqa.GroupQueryAttention
+            if _gqa.ON_THIS_KERAS
+            else f"keras_selfattn.GroupQueryAttention needs Keras {_gqa.KERAS_NEEDED} "
+            f"or newer; the installed Keras is {keras.__version__}"
+        )
+    hub = sys.modules.get(_HUB_CACHED_MODULE)
+    if hub is not None:
+        from keras_selfattn.layers.cached_attention import CachedMultiHeadAttention
+
+        drop_ins[hub.CachedMultiHeadAttention] = CachedMultiHeadAttention
+    return drop_ins
+
+
+def _attention_layers(model, drop_ins) -> Iterator[tuple[str, keras.layers.Layer]]:
+    """(path, layer) of every attention layer in `model`, each once."""
+    kinds = tuple(drop_ins)
+    seen = {id(model)}
+    if isinstance(model, kinds):
+        yield model.name, model
+    stack = [("", model)]
+    while stack:
+        prefix, parent = stack.pop()
+        children = []
+        for child in parent._flatten_layers(include_self=False, recursive=False):
+            if id(child) in seen:
+                continue
+            seen.add(id(child))
+            path = f"{prefix}/{child.name}" if prefix else child.name
+            children.append((path, child))
+        for path, child in children:
+            if isinstance(child, kinds):
+                yield path, child
+        stack.extend(reversed(children))
+
+
+def _why_not(layer, drop_ins) -> str:
+    if isinstance(layer, KernelAttention):
+        return "already computes through keras_selfattn's kernel"
+    base = next(cls for cls in type(layer).__mro__ if cls in drop_ins)
+    overridden = [
+        name
+        for name in _BEHAVIOUR
+        if getattr(type(layer), name) is not getattr(base, name)
+    ]
+    what = (
+        "overrides " + ", ".join(f"`{name}`" for name in overridden)
+        if overridden
+        else "adds to it"
+    )
+    return (
+        f"a subclass of {_public_name(base)} that {what}: converting it would "
+        "replace its class and drop its behaviour"
+    )
+
+
+def _public_name(cls: type) -> str:
+    if cls is keras.layers.MultiHeadAttention:
+        return "keras.layers.MultiHeadAttention"
+    if cls is getattr(keras.layers, "GroupQueryAttention", None):
+        return "keras.layers.GroupQueryAttention"
+    if cls.__module__.startswith("keras_selfattn."):
+        return f"keras_selfattn.{cls.__qualname__}"
+    if cls.__module__ == _HUB_CACHED_MODULE:
+        return f"keras_hub.layers.{cls.__qualname__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _reset_compiled_functions(model) -> None:
+    """As `model.quantize` does: the next call traces the converted layers
+    (keras-hub's `generate` keeps its compiled function too)."""
+    for layer in model._flatten_layers(include_self=True):
+        if isinstance(layer, keras.Model):
+            layer.train_function = None
+            layer.test_function = None
+            layer.predict_function = None
+            if hasattr(layer, "generate_function"):
+                layer.generate_function = None
