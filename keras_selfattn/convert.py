@@ -189,25 +189,24 @@ def _drop_ins() -> dict[type, type | str]:
 
 
 def _attention_layers(model, drop_ins) -> Iterator[tuple[str, keras.layers.Layer]]:
-    """(path, layer) of every attention layer in `model`, each once."""
+    """(path, layer) of every attention layer in `model`, each once, depth
+    first in the order the layers were added."""
     kinds = tuple(drop_ins)
     seen = {id(model)}
     if isinstance(model, kinds):
         yield model.name, model
-    stack = [("", model)]
-    while stack:
-        prefix, parent = stack.pop()
-        children = []
+
+    def walk(prefix, parent):
         for child in parent._flatten_layers(include_self=False, recursive=False):
             if id(child) in seen:
                 continue
             seen.add(id(child))
             path = f"{prefix}/{child.name}" if prefix else child.name
-            children.append((path, child))
-        for path, child in children:
             if isinstance(child, kinds):
                 yield path, child
-        stack.extend(reversed(children))
+            yield from walk(path, child)
+
+    yield from walk("", model)
 
 
 def _why_not(layer, drop_ins) -> str:

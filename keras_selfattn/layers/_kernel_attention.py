@@ -27,6 +27,10 @@ class KernelAttention:
     List it before Keras's class (`class Ours(KernelAttention, Keras's)`).
     """
 
+    # Attributes our `__init__` sets that an older Keras's may not, with the
+    # defaults `_adopt` gives them there.
+    _ADOPT_DEFAULTS: tuple[tuple[str, object], ...] = ()
+
     def _set_kernel_options(
         self, flash_attention, scale: float | None, chunk_size, head_dim: int
     ) -> float:
@@ -74,9 +78,7 @@ class KernelAttention:
         layer.__class__ = cls
         layer._scale = None
         layer._chunk_size = chunk_size
-        # A Keras older than `sliding_window` (3.15) and `use_gate` (3.14)
-        # leaves them unset; our `__init__` sets their defaults.
-        for name, default in (("_sliding_window", None), ("_use_gate", False)):
+        for name, default in cls._ADOPT_DEFAULTS:
             if not hasattr(layer, name):
                 setattr(layer, name, default)
         signature = inspect.signature(layer.call)
@@ -94,7 +96,10 @@ class KernelAttention:
     @staticmethod
     def _check_adoptable(layer: keras.layers.Layer, chunk_size: int | None) -> None:
         """Raises `_adopt`'s `ValueError` for `layer`, changing nothing."""
-        check_paths(chunk_size, layer._flash_attention, layer._dropout)
+        # Keras's MultiHeadAttention keeps `_dropout`, its GroupQueryAttention
+        # `dropout`.
+        dropout = getattr(layer, "_dropout", getattr(layer, "dropout", 0.0))
+        check_paths(chunk_size, layer._flash_attention, dropout)
 
     @property
     def scale(self) -> float | None:

@@ -164,6 +164,10 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
     (1, 5, 6, 3)
     """
 
+    # A Keras older than `sliding_window` (3.15) and `use_gate` (3.14)
+    # leaves them unset; our `__init__` sets them (see `_adopt`).
+    _ADOPT_DEFAULTS = (("_sliding_window", None), ("_use_gate", False))
+
     def __init__(
         self,
         num_heads: int,
