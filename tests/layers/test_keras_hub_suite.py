@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("keras_hub")
 
-import keras_selfattn  # noqa: E402
+import keras_selfattn
 
 UPSTREAM = Path(__file__).parent / "keras_hub_upstream"
 
