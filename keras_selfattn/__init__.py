@@ -6,6 +6,8 @@ Public API:
 - `masked_softmax`: the kernel's float32, mask-aware softmax on its own.
 - `SelfAttention`: self-attention on one tensor (fits `keras.Sequential`).
 - `MultiHeadAttention`: a drop-in for `keras.layers.MultiHeadAttention`.
+- `CachedMultiHeadAttention`: a drop-in for keras-hub's cached attention
+  (key/value cache for autoregressive decoding).
 - `GroupQueryAttention`: a drop-in for `keras.layers.GroupQueryAttention`
   (grouped-query attention; Keras 3.15 or newer).
 - `AttentionPooling`: a learned, mask-aware attention-weighted average over time.
@@ -25,6 +27,7 @@ from keras_selfattn import _launcher  # noqa: F401
 from keras_selfattn import text as _text  # noqa: F401
 from keras_selfattn.attention import masked_softmax, scaled_dot_product_attention
 from keras_selfattn.convert import ConversionReport, convert
+from keras_selfattn.layers.cached_attention import CachedMultiHeadAttention
 from keras_selfattn.layers.encoder import TransformerEncoder
 from keras_selfattn.layers.grouped_query_attention import GroupQueryAttention
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
@@ -37,6 +40,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AttentionPooling",
+    "CachedMultiHeadAttention",
     "ConversionReport",
     "GroupQueryAttention",
     "MultiHeadAttention",

@@ -1,0 +1,172 @@
+"""CachedMultiHeadAttention: keras-hub's cached attention on this package's kernel."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+
+
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+class CachedMultiHeadAttention(MultiHeadAttention):
+    """Multi-head attention with a key/value cache, for autoregressive decoding.
+
+    Shapes (`B` batch, `T` target length, `S` source length): `query`
+    `(B, T, dim)`, `value` and `key` `(B, S*, dim)`, `cache`
+    `(B, 2, S, num_heads, key_dim)` (keys at `[:, 0]`, values at `[:, 1]`);
+    `(B, T, output_dim)` out, with the scores `(B, num_heads, T, S)` and the
+    updated cache beside it when asked for.
+
+    A drop-in for keras-hub's `keras_hub.layers.CachedMultiHeadAttention`
+    (its call, cache layout, return tuples and errors are reimplemented
+    here, Apache 2.0, credit to the keras-hub authors; keras-hub is not
+    imported), on `keras_selfattn.MultiHeadAttention`: the constructor (with
+    the kernel's `scale`, `chunk_size`, `flash_attention`), the weights and
+    the attention itself (`keras_selfattn.scaled_dot_product_attention`)
+    are that layer's. A call runs in one of three modes:
+
+    - No `cache`: plain multi-head attention.
+    - `cache` with `cache_update_index=None`: the cached keys and values are
+      used, `key` and `value` are ignored.
+    - `cache` with `cache_update_index`: the projections of `key` and
+      `value` are written into the cache at that index along `S`, and the
+      updated cache is used (and returned).
+
+    keras-hub's vLLM paged-attention route (TPU serving) is not reproduced.
+
+    Masking: as in keras-hub, only `attention_mask` masks (Keras's implicit
+    masks are not read by this call); a query row that may attend to no key
+    outputs zeros (keras-hub outputs an average there).
+
+    Args:
+        num_heads: Positive integer, the number of attention heads.
+        key_dim: Positive integer, the size of each head for query and key.
+        **kwargs: The other arguments of `keras_selfattn.MultiHeadAttention`
+            (`value_dim`, `dropout`, `use_bias`, ..., `scale`,
+            `chunk_size`), with its defaults, and base layer arguments.
+
+    Call arguments:
+        query: Query tensor `(B, T, dim)`.
+        value: Value tensor `(B, S*, dim)`: `S` long without a cache; with
+            a cache, any length that fits at `cache_update_index`.
+        key: Optional key tensor `(B, S*, dim)`. Defaults to `value`.
+        attention_mask: Optional boolean mask `(B, T, S)`, True where a
+            query may attend to a key; missing batch and head axes
+            broadcast. Defaults to `None`.
+        cache: Optional float tensor `(B, 2, S, num_heads, key_dim)`, the
+            keys and values so far. Defaults to `None`.
+        cache_update_index: Optional int or int tensor, where along `S` the
+            new keys and values go. Only with `cache` (otherwise a
+            `ValueError`). Defaults to `None`: the cache is not updated.
+        return_attention_scores: Boolean. If True, also return the
+            attention weights. Defaults to `False`.
+        training: Python boolean, whether dropout is active.
+
+    Returns:
+        `attention_output`, `(attention_output, attention_scores)`,
+        `(attention_output, cache)` or
+        `(attention_output, attention_scores, cache)`, as keras-hub returns.
+
+    Example:
+
+    >>> layer = CachedMultiHeadAttention(num_heads=2, key_dim=4)
+    >>> x = np.random.rand(1, 3, 8).astype("float32")
+    >>> cache = np.zeros((1, 2, 3, 2, 4), "float32")
+    >>> causal = np.tril(np.ones((3, 3), bool))
+    >>> full, cache = layer(x, x, attention_mask=causal, cache=cache,
+    ...                     cache_update_index=0)
+    >>> step = layer(x[:, 2:], x[:, 2:], attention_mask=causal[2:],
+    ...              cache=cache, cache_update_index=2)[0]
+    >>> tuple(cache.shape), bool(np.allclose(step, full[:, 2:], atol=1e-5))
+    ((1, 2, 3, 2, 4), True)
+    """
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        attention_mask=None,
+        cache=None,
+        cache_update_index=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        if key is None:
+            key = value
+        self._check_scores_allowed(return_attention_scores)
+        query = self._query_dense(query)
+        if cache is not None:
+            key_cache = cache[:, 0, ...]
+            value_cache = cache[:, 1, ...]
+            if cache_update_index is None:
+                key = key_cache
+                value = value_cache
+            else:
+                start = [0, cache_update_index, 0, 0]
+                key = ops.slice_update(key_cache, start, self._key_dense(key))
+                value = ops.slice_update(value_cache, start, self._value_dense(value))
+                cache = ops.stack((key, value), axis=1)
+        else:
+            if cache_update_index is not None:
+                raise ValueError(
+                    "`cache_update_index` should not be set if `cache` is "
+                    f"`None`. Received: cache={cache}, "
+                    f"cache_update_index={cache_update_index}"
+                )
+            key = self._key_dense(key)
+            value = self._value_dense(value)
+
+        if attention_mask is not None:
+            attention_mask = ops.convert_to_tensor(attention_mask)
+        attention_output, attention_scores = self._compute_attention(
+            query=query,
+            key=key,
+            value=value,
+            attention_mask=attention_mask,
+            return_attention_scores=return_attention_scores,
+            training=training,
+        )
+        attention_output = self._output_dense(attention_output)
+
+        if return_attention_scores and cache is not None:
+            return attention_output, attention_scores, cache
+        if return_attention_scores:
+            return attention_output, attention_scores
+        if cache is not None:
+            return attention_output, cache
+        return attention_output
+
+    def compute_output_spec(
+        self,
+        query,
+        value,
+        key=None,
+        attention_mask=None,
+        cache=None,
+        cache_update_index=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        if cache is None:
+            return super().compute_output_spec(
+                query,
+                value,
+                key,
+                attention_mask=attention_mask,
+                return_attention_scores=return_attention_scores,
+                training=training,
+            )
+        output = keras.KerasTensor(
+            self.compute_output_shape(query.shape, value.shape),
+            dtype=self.compute_dtype,
+        )
+        cache_spec = keras.KerasTensor(cache.shape, dtype=cache.dtype)
+        if return_attention_scores:
+            scores = keras.KerasTensor(
+                (query.shape[0], self._num_heads, query.shape[1], cache.shape[2]),
+                dtype=self.compute_dtype,
+            )
+            return output, scores, cache_spec
+        return output, cache_spec
