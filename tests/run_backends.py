@@ -47,6 +47,9 @@ FLOOR_IGNORES = (
     "tests/test_docs.py",
     "tests/test_install.py",
     "tests/test_lint.py",
+    # keras-hub 0.32 does not import under Keras 3.7 (it imports
+    # `keras.src.utils.backend_utils.in_grain_data_pipeline`, newer).
+    "tests/test_convert_hub.py",
 )
 
 

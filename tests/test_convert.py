@@ -1,12 +1,10 @@
 """keras_selfattn.convert on models built from Keras's own attention layers.
 
-keras-hub models: tests/test_convert_hub.py.
+keras-hub models, and saving and loading converted models in a fresh
+process (Keras's and keras-hub's in one process): tests/test_convert_hub.py.
 """
 
 from __future__ import annotations
-
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -317,49 +315,3 @@ def test_converts_group_query_attention(kernel_calls):
     kernel_calls.clear()
     assert_close(model(x), before)
     assert kernel_calls == ["grouped_query_attention"]
-
-
-_LOAD = """
-import sys
-import numpy as np
-import keras
-import keras_selfattn
-
-model = keras.saving.load_model(sys.argv[1])
-x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
-np.save(sys.argv[2], keras.ops.convert_to_numpy(model(x)))
-attention = [
-    layer for layer in model._flatten_layers()
-    if isinstance(layer, keras.layers.MultiHeadAttention)
-]
-print(sorted({f"{type(a).__module__}.{type(a).__name__}" for a in attention}))
-print([a.chunk_size for a in attention])
-"""
-
-
-def test_a_converted_model_saves_and_loads_as_ours_in_a_fresh_process(
-    tmp_path, subprocess_env
-):
-    inputs = keras.Input(shape=(5, 8))
-    inner = keras.Model(
-        inputs, keras.layers.MultiHeadAttention(2, 4)(inputs, inputs), name="inner"
-    )
-    outputs = keras.layers.MultiHeadAttention(2, 4)(inner(inputs), inputs)
-    model = keras.Model(inputs, outputs)
-    x = _data()
-    convert(model, chunk_size=4)
-    expected = to_numpy(model(x))
-    path = tmp_path / "converted.keras"
-    model.save(path)
-    out = tmp_path / "out.npy"
-    result = subprocess.run(
-        [sys.executable, "-c", _LOAD, str(path), str(out)],
-        env=subprocess_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    classes = "['keras_selfattn.layers.multi_head_attention.MultiHeadAttention']"
-    assert result.stdout.strip().splitlines()[-2:] == [classes, "[4, 4]"]
-    assert_close(np.load(out), expected)

@@ -1,0 +1,259 @@
+"""keras_selfattn.convert on keras-hub models built from tiny configs.
+
+Nothing is downloaded: the backbones are built from their constructor
+arguments (vocabulary 50, 2 layers, hidden 16, 2 heads, sequence 8), with
+random weights. keras-hub is in the `test` extra (and `hub`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+
+from keras_selfattn import convert
+from keras_selfattn.layers import multi_head_attention
+from tests.helpers import assert_close, to_numpy
+
+TINY = {
+    "vocabulary_size": 50,
+    "num_layers": 2,
+    "num_heads": 2,
+    "hidden_dim": 16,
+    "intermediate_dim": 32,
+    "max_sequence_length": 8,
+}
+HUB_CACHED = "keras_hub.layers.CachedMultiHeadAttention"
+KERAS_MHA = "keras.layers.MultiHeadAttention"
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """Counts calls of the kernel by our MultiHeadAttention (and its cached
+    subclass, which computes through the same `_compute_attention`)."""
+    calls = []
+    original = multi_head_attention.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(multi_head_attention, "scaled_dot_product_attention", spy)
+    return calls
+
+
+def _inputs(segments=False):
+    padding = np.array([[1] * 8, [1] * 5 + [0] * 3], dtype=bool)
+    inputs = {
+        "token_ids": np.array([[3, 9, 4, 12, 40, 7, 1, 2], [5, 6, 7, 8, 9, 0, 0, 0]]),
+        "padding_mask": padding,
+    }
+    if segments:
+        inputs["segment_ids"] = np.array([[0] * 4 + [1] * 4, [0] * 8])
+    return inputs
+
+
+BACKBONES = {
+    "bert": (
+        lambda: keras_hub.models.BertBackbone(**TINY),
+        True,
+        "self_attention_layer",
+        KERAS_MHA,
+        "keras_selfattn.MultiHeadAttention",
+    ),
+    "gpt2": (
+        lambda: keras_hub.models.GPT2Backbone(**TINY),
+        False,
+        "self_attention",
+        HUB_CACHED,
+        "keras_selfattn.CachedMultiHeadAttention",
+    ),
+}
+
+
+def _attention(model):
+    return [
+        layer
+        for layer in model._flatten_layers()
+        if isinstance(layer, keras.layers.MultiHeadAttention)
+    ]
+
+
+def _outputs(backbone, inputs):
+    out = backbone(inputs)
+    if isinstance(out, dict):  # BERT: sequence and pooled outputs
+        return {k: to_numpy(v) for k, v in out.items()}
+    return {"sequence_output": to_numpy(out)}
+
+
+@pytest.mark.parametrize("name", list(BACKBONES), ids=list(BACKBONES))
+def test_backbone_converts_in_place_with_the_same_outputs(name, kernel_calls):
+    build, segments, attention_name, before_class, after_class = BACKBONES[name]
+    backbone = build()
+    inputs = _inputs(segments)
+    before = _outputs(backbone, inputs)
+    weights = [id(w) for w in backbone.weights]
+    assert kernel_calls == []
+
+    report = convert(backbone)
+
+    paths = [f"transformer_layer_{i}/{attention_name}" for i in range(2)]
+    assert [(e.path, e.layer_class) for e in report.converted] == [
+        (path, before_class) for path in paths
+    ]
+    assert {e.reason for e in report.converted} == {f"now {after_class}"}
+    assert report.left_alone == ()
+    assert [type(a).__name__ for a in _attention(backbone)] == [
+        after_class.rsplit(".", 1)[-1]
+    ] * 2
+    assert all(
+        type(a).__module__.startswith("keras_selfattn.") for a in _attention(backbone)
+    )
+    assert [id(w) for w in backbone.weights] == weights
+    after = _outputs(backbone, inputs)
+    assert len(kernel_calls) == 2  # one per block: our kernel ran
+    assert after.keys() == before.keys()
+    for key in before:
+        assert_close(after[key], before[key])
+    assert convert(backbone).converted == ()  # twice: a no-op
+
+
+def test_gpt2_causal_lm_generates_the_same_tokens_with_its_cache(kernel_calls):
+    backbone = keras_hub.models.GPT2Backbone(**TINY)
+    lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+    lm.compile(sampler="greedy")
+    prompt = {
+        "token_ids": np.array([[5, 6, 7, 0, 0, 0, 0, 0], [11, 0, 0, 0, 0, 0, 0, 0]]),
+        "padding_mask": np.array([[1, 1, 1] + [0] * 5, [1] + [0] * 7], dtype=bool),
+    }
+    before = lm.generate(prompt, stop_token_ids=None)
+    assert kernel_calls == []
+    report = convert(lm)
+    assert len(report.converted) == 2
+    after = lm.generate(prompt, stop_token_ids=None)
+    # Traced (or run) through our kernel, on the cache: one query at a time
+    # against all 8 cached keys.
+    assert (2, 1, 2, 8) in {tuple(shape) for shape in kernel_calls}
+    np.testing.assert_array_equal(after["token_ids"], before["token_ids"])
+    np.testing.assert_array_equal(after["padding_mask"], before["padding_mask"])
+    generated = after["token_ids"][0, 3:]
+    assert len(set(generated.tolist())) > 1  # not one token repeated: a real check
+
+
+_LOAD = """
+import sys
+import numpy as np
+import keras
+import keras_selfattn
+
+assert "keras_hub" not in sys.modules, "import keras_selfattn imported keras_hub"
+import keras_hub
+
+def attention(model):
+    return [type(a).__module__.split(".")[0] + "." + type(a).__name__
+            for a in model._flatten_layers()
+            if isinstance(a, keras.layers.MultiHeadAttention)]
+
+inputs = dict(np.load(sys.argv[2]))
+# A converted Keras functional model: it loads as ours, chunk_size and all.
+model = keras.saving.load_model(sys.argv[1] + "/keras.keras")
+np.save(sys.argv[1] + "/keras-loaded.npy",
+        keras.ops.convert_to_numpy(model(inputs["x"])))
+chunks = [a.chunk_size for a in model._flatten_layers()
+          if isinstance(a, keras.layers.MultiHeadAttention)]
+print("keras", attention(model), chunks)
+for name, path in (("bert", sys.argv[1] + "/bert.keras"),
+                   ("gpt2", sys.argv[1] + "/gpt2.keras")):
+    model = keras.saving.load_model(path)
+    loaded = attention(model)
+    feed = {k: v for k, v in inputs.items() if k != "x"}
+    if name == "gpt2":
+        del feed["segment_ids"]
+    out = model(feed)
+    out = out["sequence_output"] if isinstance(out, dict) else out
+    np.save(f"{sys.argv[1]}/{name}-loaded.npy", keras.ops.convert_to_numpy(out))
+    keras_selfattn.convert(model)
+    out = model(feed)
+    out = out["sequence_output"] if isinstance(out, dict) else out
+    np.save(f"{sys.argv[1]}/{name}-converted.npy", keras.ops.convert_to_numpy(out))
+    print(name, loaded, attention(model))
+"""
+
+
+def _keras_model():
+    """A functional model holding a functional model, Keras's layers only."""
+    inputs = keras.Input(shape=(5, 8))
+    inner = keras.Model(
+        inputs, keras.layers.MultiHeadAttention(2, 4)(inputs, inputs), name="inner"
+    )
+    outputs = keras.layers.MultiHeadAttention(2, 4)(inner(inputs), inputs)
+    return keras.Model(inputs, outputs)
+
+
+# One fresh process for all three models (its start-up is most of the time);
+# which classes load does not depend on the backend: the TensorFlow pass only.
+@pytest.mark.backend_independent
+def test_converted_models_save_and_load_in_a_fresh_process(tmp_path, subprocess_env):
+    """A converted Keras model loads as ours. keras-hub backbones rebuild
+    their blocks from their own constructor arguments: loaded, their
+    attention is keras-hub's (and Keras's) again, with the saved weights;
+    `convert` after loading makes it ours, with the same outputs."""
+    inputs = _inputs(segments=True)
+    inputs["x"] = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
+    model = _keras_model()
+    convert(model, chunk_size=4)
+    expected = {"keras": to_numpy(model(inputs["x"]))}
+    model.save(tmp_path / "keras.keras")
+    for name, (build, segments, *_) in BACKBONES.items():
+        model = build()
+        convert(model)
+        expected[name] = _outputs(model, _inputs(segments))["sequence_output"]
+        model.save(tmp_path / f"{name}.keras")
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    result = subprocess.run(
+        [sys.executable, "-c", _LOAD, str(tmp_path), str(tmp_path / "inputs.npz")],
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    ours = "keras_selfattn.MultiHeadAttention"
+    assert result.stdout.strip().splitlines()[-3:] == [
+        f"keras ['{ours}', '{ours}'] [4, 4]",
+        "bert ['keras.MultiHeadAttention', 'keras.MultiHeadAttention'] "
+        "['keras_selfattn.MultiHeadAttention', 'keras_selfattn.MultiHeadAttention']",
+        "gpt2 ['keras_hub.CachedMultiHeadAttention', "
+        "'keras_hub.CachedMultiHeadAttention'] "
+        "['keras_selfattn.CachedMultiHeadAttention', "
+        "'keras_selfattn.CachedMultiHeadAttention']",
+    ]
+    assert_close(np.load(tmp_path / "keras-loaded.npy"), expected["keras"])
+    for name in BACKBONES:
+        assert_close(np.load(tmp_path / f"{name}-loaded.npy"), expected[name])
+        assert_close(np.load(tmp_path / f"{name}-converted.npy"), expected[name])
+
+
+class Custom(keras_hub.layers.CachedMultiHeadAttention):
+    """A custom keras-hub attention layer: its own `call`."""
+
+    def call(self, query, value, **kwargs):
+        return super().call(query, value, **kwargs)
+
+
+def test_a_subclass_of_keras_hubs_cached_attention_is_left_alone():
+    layer = Custom(2, 8, name="custom")
+    report = convert(layer)
+    assert report.converted == ()
+    assert [(e.path, e.reason) for e in report.left_alone] == [
+        (
+            "custom",
+            f"a subclass of {HUB_CACHED} that overrides `call`: converting it "
+            "would replace its class and drop its behaviour",
+        )
+    ]
+    assert type(layer) is Custom
