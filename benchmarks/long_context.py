@@ -1,0 +1,327 @@
+"""Long-context training of a keras-hub GPT-2: Keras's attention vs converted.
+
+A GPT-2-shaped `keras_hub.models.GPT2Backbone` built from a config (4 layers,
+hidden 256, 4 heads, intermediate 1024, vocabulary 512, dropout 0; no
+download), one training step at batch 1 on TensorFlow (forward, the
+language-model loss through the tied embedding, backward, Adam), with
+keras-hub's attention (Keras's) and converted
+(`keras_selfattn.convert(backbone, chunk_size=...)`, which puts every layer
+on the kernel's chunked path whatever the length; without `chunk_size` the
+kernel would take it only from 4096 keys). Each (attention, length) runs in
+a fresh process: its peak memory (`ru_maxrss`) beside the after-import
+baseline, and the step time, the median of `--steps` after one warm-up.
+The child checks which path ran (the calls of the kernel's chunked path).
+Then the longest trainable context of each within `--limit-gb`: estimated
+from the measured memory growth and confirmed by a run at the estimate.
+
+    python benchmarks/long_context.py                   # 2,048, 8,192, 32,768
+    python benchmarks/long_context.py --lengths 64 128 --no-longest  # a check
+
+It prints the machine, the versions and the exact command, and writes
+`benchmarks/results/long_context.json` (`--out`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+GB = 1e9
+IMPLS = ("keras", "converted")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# --------------------------------------------------------------------- child
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _watchdog(limit_bytes: float) -> None:
+    """Ends this process (exit 3) as soon as its RSS passes `limit_bytes`."""
+
+    def watch():
+        while True:
+            rss = _status_kib("VmRSS") * 1024
+            if rss > limit_bytes:
+                print(json.dumps({"over_limit": True, "rss_bytes": rss}), flush=True)
+                os._exit(3)
+            time.sleep(0.02)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def child(args) -> dict:
+    import resource
+
+    import keras
+    import keras_hub
+    import numpy as np
+    import tensorflow as tf
+
+    import keras_selfattn
+    from keras_selfattn import attention
+
+    baseline = _status_kib("VmHWM") * 1024  # after the imports
+    if args.limit_gb:
+        _watchdog(args.limit_gb * GB)
+    chunks = []
+    original = attention._chunked_attention
+
+    def spy(*a):
+        chunks.append(a[-1])
+        return original(*a)
+
+    attention._chunked_attention = spy
+    n = args.n
+    backbone = keras_hub.models.GPT2Backbone(
+        vocabulary_size=args.vocabulary,
+        num_layers=args.layers,
+        num_heads=args.heads,
+        hidden_dim=args.hidden,
+        intermediate_dim=args.intermediate,
+        max_sequence_length=n,
+        dropout=0.0,
+    )
+    converted = 0
+    if args.child == "converted":
+        converted = len(keras_selfattn.convert(backbone, args.chunk_size).converted)
+    optimizer = keras.optimizers.Adam(1e-4)
+    variables = backbone.trainable_variables
+    ids = tf.constant(np.random.default_rng(0).integers(1, args.vocabulary, (1, n)))
+    mask = tf.ones((1, n), dtype=bool)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            hidden = backbone({"token_ids": ids, "padding_mask": mask}, training=True)
+            logits = backbone.token_embedding(hidden, reverse=True)
+            loss = keras.ops.mean(
+                keras.losses.sparse_categorical_crossentropy(
+                    ids[:, 1:], logits[:, :-1], from_logits=True
+                )
+            )
+        optimizer.apply(tape.gradient(loss, variables), variables)
+        return loss
+
+    float(step())  # warm-up: traces and builds the optimizer
+    times = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        float(step())
+        times.append(time.perf_counter() - start)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {
+        "baseline_bytes": baseline,
+        "peak_bytes": peak,
+        "median_step_s": statistics.median(times),
+        "step_s": times,
+        "converted_layers": converted,
+        # Traced once: one entry per attention layer that took the chunked path.
+        "chunked_path_blocks": sorted(set(chunks)),
+        "chunked_path_layers": len(chunks),
+    }
+
+
+# -------------------------------------------------------------------- parent
+
+
+def _spawn(impl: str, n: int, args, timeout: float | None) -> dict:
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        impl,
+        "--n",
+        str(n),
+        *_model_args(args),
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    try:
+        proc = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, env=env
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        tail = (proc.stderr or "").strip().splitlines()[-3:]
+        return {"error": f"exit {proc.returncode}: " + " | ".join(tail)}
+    return json.loads(lines[-1])
+
+
+def _model_args(args) -> list[str]:
+    return [
+        f"--layers={args.layers}",
+        f"--hidden={args.hidden}",
+        f"--heads={args.heads}",
+        f"--intermediate={args.intermediate}",
+        f"--vocabulary={args.vocabulary}",
+        f"--chunk-size={args.chunk_size}",
+        f"--steps={args.steps}",
+        f"--limit-gb={args.limit_gb}",
+    ]
+
+
+def _machine() -> str:
+    model = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"{model}, {os.cpu_count()} cores; load average {load:.2f} at start"
+
+
+def _versions() -> str:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import keras, keras_hub, tensorflow as tf, keras_selfattn as s; "
+            "print(f'TensorFlow {tf.__version__}, Keras {keras.__version__}, "
+            "keras-hub {keras_hub.__version__}, keras_selfattn {s.__version__}, "
+            "backend {keras.backend.backend()}')",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    return f"Python {platform.python_version()}, " + out.stdout.strip()
+
+
+def estimate_longest(points: list[tuple[int, float]], limit: float) -> int | None:
+    """The length whose peak memory reaches `limit`, from (n, bytes) points:
+    a quadratic through three or more, a line through two, rounded down to
+    a multiple of 1024 (or of 64 below that)."""
+    import numpy as np
+
+    if len(points) < 2:
+        return None
+    n, used = (np.array(v, dtype=float) for v in zip(*points, strict=True))
+    coeffs = np.polyfit(n, used, 2 if len(points) >= 3 else 1)
+    if coeffs[0] < 0 and len(coeffs) == 3:  # noise: fall back to a line
+        coeffs = np.polyfit(n, used, 1)
+    roots = [r.real for r in np.roots(np.append(coeffs[:-1], coeffs[-1] - limit))]
+    best = max((r for r in roots if r > 0), default=None)
+    if best is None:
+        return None
+    step = 1024 if best >= 1024 else 64
+    return int(best // step * step)
+
+
+def run(args) -> dict:
+    command = shlex.join([sys.executable, *sys.argv])
+    results = {
+        "command": command,
+        "machine": _machine(),
+        "versions": _versions(),
+        "model": {
+            "layers": args.layers,
+            "hidden": args.hidden,
+            "heads": args.heads,
+            "intermediate": args.intermediate,
+            "vocabulary": args.vocabulary,
+            "batch": 1,
+        },
+        "chunk_size": args.chunk_size,
+        "limit_gb": args.limit_gb,
+        "runs": [],
+        "longest": {},
+    }
+    print(f"$ {command}\n{results['machine']}\n{results['versions']}", flush=True)
+    for n in args.lengths:
+        for impl in args.impls:
+            result = {"impl": impl, "n": n, **_spawn(impl, n, args, args.timeout)}
+            results["runs"].append(result)
+            print(_line(result), flush=True)
+    if args.longest:
+        for impl in args.impls:
+            points = [
+                (r["n"], r["peak_bytes"])
+                for r in results["runs"]
+                if r["impl"] == impl and "peak_bytes" in r
+            ]
+            guess = estimate_longest(points, args.limit_gb * GB)
+            entry = {"estimate": guess, "from": [p[0] for p in points]}
+            if guess:
+                check = {"impl": impl, "n": guess, **_spawn(impl, guess, args, None)}
+                entry["confirmation"] = check
+                print("longest? " + _line(check), flush=True)
+            results["longest"][impl] = entry
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    print(f"wrote {args.out}")
+    return results
+
+
+def _line(r: dict) -> str:
+    head = f"{r['impl']:>9} n={r['n']:>6}: "
+    if "peak_bytes" not in r:
+        return head + ("over the limit" if r.get("over_limit") else r.get("error", "?"))
+    path = (
+        f"chunked path, blocks {r['chunked_path_blocks']}"
+        if r["chunked_path_layers"]
+        else "no chunked path"
+    )
+    return head + (
+        f"peak {r['peak_bytes'] / GB:.2f} GB (baseline {r['baseline_bytes'] / GB:.2f}),"
+        f" step {r['median_step_s']:.3f} s, {path}"
+    )
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192, 32768])
+    parser.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--intermediate", type=int, default=1024)
+    parser.add_argument("--vocabulary", type=int, default=512)
+    parser.add_argument("--chunk-size", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--limit-gb", type=float, default=16.0)
+    parser.add_argument("--timeout", type=float, default=None)
+    parser.add_argument(
+        "--longest", action=argparse.BooleanOptionalAction, default=True
+    )
+    parser.add_argument(
+        "--out",
+        default=os.path.join(ROOT, "benchmarks", "results", "long_context.json"),
+    )
+    parser.add_argument("--child", choices=IMPLS, help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args)), flush=True)
+    else:
+        run(args)
+
+
+if __name__ == "__main__":
+    main()
