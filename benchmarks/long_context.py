@@ -216,7 +216,7 @@ def _versions() -> str:
 def estimate_longest(points: list[tuple[int, float]], limit: float) -> int | None:
     """The length whose peak memory reaches `limit`, from (n, bytes) points:
     a quadratic through three or more, a line through two, rounded down to
-    a multiple of 1024 (or of 64 below that)."""
+    a multiple of 256 (or of 64 below 1024)."""
     import numpy as np
 
     if len(points) < 2:
@@ -229,7 +229,7 @@ def estimate_longest(points: list[tuple[int, float]], limit: float) -> int | Non
     best = max((r for r in roots if r > 0), default=None)
     if best is None:
         return None
-    step = 1024 if best >= 1024 else 64
+    step = 256 if best >= 1024 else 64
     return int(best // step * step)
 
 

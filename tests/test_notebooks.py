@@ -32,8 +32,13 @@ CELL_TIMEOUT_S = 600  # a hang guard, not a speed requirement
 pytestmark = pytest.mark.notebook
 
 # The IMDB notebook needs TensorFlow (the demo); the two tutorials run on any
-# backend, and run once, in the JAX pass (tests/conftest.py).
-_PASS = {"03_imdb_sentiment": pytest.mark.tensorflow_only}
+# backend, and run once, in the JAX pass (tests/conftest.py). 04 (keras-hub's
+# GPT-2, converted) runs on any backend too, once, in the TensorFlow pass
+# (`backend_independent`), the lane with room left.
+_PASS = {
+    "03_imdb_sentiment": pytest.mark.tensorflow_only,
+    "04_existing_models": pytest.mark.backend_independent,
+}
 
 
 def _run_cases() -> list:
@@ -110,3 +115,4 @@ def test_notebooks_exist():
     assert "01_self_attention_from_scratch.ipynb" in names
     assert "02_multi_head_attention.ipynb" in names
     assert "03_imdb_sentiment.ipynb" in names
+    assert "04_existing_models.ipynb" in names
