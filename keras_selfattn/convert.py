@@ -20,6 +20,8 @@ from keras_selfattn.layers import grouped_query_attention as _gqa
 from keras_selfattn.layers._kernel_attention import KernelAttention
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 
+__all__ = ["ConversionReport", "convert"]
+
 # keras-hub's cached attention, looked up in `sys.modules` only.
 _HUB_CACHED_MODULE = "keras_hub.src.layers.modeling.cached_multi_head_attention"
 
