@@ -33,6 +33,13 @@ SUITES = (
         keras_selfattn.CachedMultiHeadAttention,
         "CachedMultiHeadAttentionTest",
     ),
+    (
+        "transformer_encoder_test.py.txt",
+        "transformer_encoder",
+        "TransformerEncoder",
+        keras_selfattn.TransformerEncoder,
+        "TransformerEncoderTest",
+    ),
 )
 
 
@@ -67,6 +74,7 @@ for _source, _module, _name, _ours, _test_class in SUITES:
     _LOADED[_name] = _load_suite(_source, _module, _name, _ours, _test_class)
 
 KerasHubCachedMultiHeadAttentionTest = _LOADED["CachedMultiHeadAttention"][1]
+KerasHubTransformerEncoderTest = _LOADED["TransformerEncoder"][1]
 
 
 @pytest.mark.backend_independent

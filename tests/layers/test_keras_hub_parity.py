@@ -1,0 +1,92 @@
+"""Our keras-hub drop-ins against keras-hub's layers, weight for weight.
+
+Each test builds keras-hub's layer and ours, copies keras-hub's weights into
+ours with `set_weights` (the same weights in the same order), and compares
+the outputs at real positions (ours outputs zeros at padded ones).
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+keras_hub = pytest.importorskip("keras_hub")
+
+import keras_selfattn  # noqa: E402
+from tests.helpers import assert_close, to_numpy  # noqa: E402
+
+BATCH, SEQ, HIDDEN = 2, 5, 8
+# The second sequence is padded after 3 tokens.
+PADDING = np.array([[True] * SEQ, [True] * 3 + [False] * (SEQ - 3)])
+
+
+def _inputs(rng, *shape):
+    return rng.standard_normal(shape or (BATCH, SEQ, HIDDEN)).astype("float32")
+
+
+def _copied(theirs, ours, *build_shapes):
+    theirs.build(*build_shapes)
+    ours.build(*build_shapes)
+    assert [tuple(w.shape) for w in ours.weights] == [
+        tuple(w.shape) for w in theirs.weights
+    ]
+    ours.set_weights(theirs.get_weights())
+    return theirs, ours
+
+
+@pytest.mark.parametrize("normalize_first", [False, True], ids=["post_ln", "pre_ln"])
+@pytest.mark.parametrize(
+    "masking", ["none", "padding_mask", "keras_mask", "attention_mask"]
+)
+def test_encoder_matches_keras_hub_with_its_weights(rng, normalize_first, masking):
+    options = dict(intermediate_dim=6, num_heads=2, normalize_first=normalize_first)
+    theirs, ours = _copied(
+        keras_hub.layers.TransformerEncoder(**options),
+        keras_selfattn.TransformerEncoder(**options),
+        (BATCH, SEQ, HIDDEN),
+    )
+    x = _inputs(rng)
+    real = np.ones((BATCH, SEQ), bool)
+    kwargs = {}
+    if masking == "padding_mask":
+        kwargs["padding_mask"], real = PADDING, PADDING
+    elif masking == "attention_mask":
+        kwargs["attention_mask"] = np.tril(np.ones((BATCH, SEQ, SEQ), bool))
+    if masking == "keras_mask":
+        # An implicit mask, as Embedding(mask_zero=True) gives.
+        embedded = keras.layers.Masking(0.0)
+        x[~PADDING] = 0.0
+        x = embedded(x)
+        real = PADDING
+    # Ours first: keras-hub's call drops the Keras mask from its input.
+    mine = to_numpy(ours(x, **kwargs))
+    np.testing.assert_allclose(
+        mine[real], to_numpy(theirs(x, **kwargs))[real], atol=1e-5
+    )
+    # The padded positions output zeros (keras-hub's do not).
+    assert not np.any(mine[~real])
+
+
+def test_cached_attention_matches_keras_hub_with_its_weights(rng):
+    layer_options = dict(num_heads=2, key_dim=4)
+    shape = (BATCH, SEQ, HIDDEN)
+    theirs, ours = _copied(
+        keras_hub.layers.CachedMultiHeadAttention(**layer_options),
+        keras_selfattn.CachedMultiHeadAttention(**layer_options),
+        shape,
+        shape,
+    )
+    x = _inputs(rng)
+    causal = np.tril(np.ones((SEQ, SEQ), bool))
+    cache = np.zeros((BATCH, 2, SEQ, 2, 4), "float32")
+    for kwargs in (
+        {},
+        {"attention_mask": causal},
+        {"attention_mask": causal, "cache": cache, "cache_update_index": 0},
+    ):
+        mine = ours(x, x, return_attention_scores=True, **kwargs)
+        reference = theirs(x, x, return_attention_scores=True, **kwargs)
+        assert len(mine) == len(reference)
+        for a, b in zip(mine, reference, strict=True):
+            assert_close(a, b)
