@@ -16,6 +16,7 @@ from keras_selfattn._validation import (
 from keras_selfattn.layers._common import (
     check_keras_mask,
     clone_initializer,
+    keras_mask_of,
     set_weight_options,
     weight_options_config,
     zero_padded,
@@ -323,7 +324,10 @@ class TransformerEncoder(keras.layers.Layer):
         if attention_mask is not None:
             attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
         self._check_call(inputs, padding_mask, attention_mask, mask)
-        # keras-hub's rule: an explicit padding mask wins over the Keras mask.
+        # keras-hub's rule: an explicit padding mask wins over the Keras mask
+        # (which Keras passes as `mask` only when `inputs` is the one tensor).
+        if mask is None and padding_mask is None:
+            mask = keras_mask_of(inputs)
         padding = mask if padding_mask is None else padding_mask
         if padding is not None:
             padding = ops.cast(padding, "bool")

@@ -90,3 +90,61 @@ def test_cached_attention_matches_keras_hub_with_its_weights(rng):
         assert len(mine) == len(reference)
         for a, b in zip(mine, reference, strict=True):
             assert_close(a, b)
+
+
+@pytest.mark.parametrize("normalize_first", [False, True], ids=["post_ln", "pre_ln"])
+@pytest.mark.parametrize("cross", [False, True], ids=["decoder_only", "cross"])
+def test_decoder_matches_keras_hub_with_its_weights(rng, normalize_first, cross):
+    options = dict(intermediate_dim=6, num_heads=2, normalize_first=normalize_first)
+    shapes = [(BATCH, SEQ, HIDDEN)] + ([(BATCH, SEQ + 1, 4)] if cross else [])
+    theirs, ours = _copied(
+        keras_hub.layers.TransformerDecoder(**options),
+        keras_selfattn.TransformerDecoder(**options),
+        *shapes,
+    )
+    x = _inputs(rng)
+    sequences = [x] + ([_inputs(rng, BATCH, SEQ + 1, 4)] if cross else [])
+    encoder_padding = np.array([[True] * (SEQ + 1), [True] * 2 + [False] * (SEQ - 1)])
+    for kwargs, real in [
+        ({}, np.ones((BATCH, SEQ), bool)),
+        ({"decoder_padding_mask": PADDING}, PADDING),
+        ({"use_causal_mask": False}, np.ones((BATCH, SEQ), bool)),
+        *(
+            [({"encoder_padding_mask": encoder_padding}, np.ones((BATCH, SEQ), bool))]
+            * cross
+        ),
+    ]:
+        mine = to_numpy(ours(*sequences, **kwargs))
+        np.testing.assert_allclose(
+            mine[real], to_numpy(theirs(*sequences, **kwargs))[real], atol=1e-5
+        )
+        assert not np.any(mine[~real])  # padded positions output zeros
+    # Decoding token by token with the caches gives the same as keras-hub.
+    encoder = sequences[1] if cross else None
+    for a, b in zip(
+        _decode_two_steps(ours, x, encoder),
+        _decode_two_steps(theirs, x, encoder),
+        strict=True,
+    ):
+        assert_close(a, b)
+
+
+def _decode_two_steps(layer, x, encoder):
+    """The outputs and caches of decoding `x`'s first two tokens."""
+    caches = {"self_attention_cache": np.zeros((BATCH, 2, SEQ, 2, 4), "float32")}
+    sequences = [x[:, :1]]
+    if encoder is not None:
+        sequences.append(encoder)
+        caches["cross_attention_cache"] = np.zeros(
+            (BATCH, 2, encoder.shape[1], 2, 4), "float32"
+        )
+    first = layer(
+        *sequences,
+        self_attention_cache_update_index=0,
+        cross_attention_cache_update_index=0 if encoder is not None else None,
+        **caches,
+    )
+    caches = dict(zip(caches, first[1:], strict=True))
+    sequences[0] = x[:, 1:2]
+    second = layer(*sequences, self_attention_cache_update_index=1, **caches)
+    return (*first, *second)

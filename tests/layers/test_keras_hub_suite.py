@@ -40,6 +40,13 @@ SUITES = (
         keras_selfattn.TransformerEncoder,
         "TransformerEncoderTest",
     ),
+    (
+        "transformer_decoder_test.py.txt",
+        "transformer_decoder",
+        "TransformerDecoder",
+        keras_selfattn.TransformerDecoder,
+        "TransformerDecoderTest",
+    ),
 )
 
 
@@ -75,6 +82,7 @@ for _source, _module, _name, _ours, _test_class in SUITES:
 
 KerasHubCachedMultiHeadAttentionTest = _LOADED["CachedMultiHeadAttention"][1]
 KerasHubTransformerEncoderTest = _LOADED["TransformerEncoder"][1]
+KerasHubTransformerDecoderTest = _LOADED["TransformerDecoder"][1]
 
 
 @pytest.mark.backend_independent
