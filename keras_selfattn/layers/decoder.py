@@ -407,10 +407,16 @@ class TransformerDecoder(keras.layers.Layer):
         residual = x
         if self.normalize_first:
             x = self._self_attention_layer_norm(x)
+        # The padding goes in as Keras masks too (a key mask, no (T, T)
+        # tensor; explicit, so Keras does not put the Keras mask in instead).
+        self_masks = {}
+        if padding is not None and self_attention_cache is None:
+            self_masks = {"query_mask": padding, "value_mask": padding}
         result = self._self_attention_layer(
             query=x,
             value=x,
             attention_mask=self_mask,
+            **self_masks,
             cache=self_attention_cache,
             cache_update_index=self_attention_cache_update_index,
             training=training,
@@ -425,12 +431,21 @@ class TransformerDecoder(keras.layers.Layer):
 
         # Cross-attention part.
         if has_cross_attention:
-            cross_mask, _ = self._merged_mask(
+            cross_mask, encoder_padding = self._merged_mask(
                 encoder_sequence,
                 encoder_padding_mask,
                 encoder_attention_mask,
                 "encoder",
             )
+            cross_masks = {}
+            if cross_attention_cache is None:
+                if encoder_padding is not None:
+                    check_keras_mask(
+                        "encoder_padding_mask", encoder_padding, encoder_sequence
+                    )
+                    cross_masks["value_mask"] = encoder_padding
+                if padding is not None:
+                    cross_masks["query_mask"] = padding
             residual = x
             if self.normalize_first:
                 x = self._cross_attention_layer_norm(x)
@@ -438,6 +453,7 @@ class TransformerDecoder(keras.layers.Layer):
                 query=x,
                 value=encoder_sequence,
                 attention_mask=cross_mask,
+                **cross_masks,
                 cache=cross_attention_cache,
                 cache_update_index=cross_attention_cache_update_index,
                 training=training,
