@@ -148,3 +148,27 @@ def _decode_two_steps(layer, x, encoder):
     sequences[0] = x[:, 1:2]
     second = layer(*sequences, self_attention_cache_update_index=1, **caches)
     return (*first, *second)
+
+
+def test_the_drop_ins_compute_through_our_kernel(rng, monkeypatch, chunked_calls):
+    from keras_selfattn.layers import multi_head_attention
+
+    calls = []
+    kernel = multi_head_attention.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(tuple(args[0].shape))
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(multi_head_attention, "scaled_dot_product_attention", spy)
+    x = _inputs(rng)
+    decoder = keras_selfattn.TransformerDecoder(intermediate_dim=6, num_heads=2)
+    decoder(x, _inputs(rng, BATCH, SEQ + 1, 4))
+    assert calls == [(BATCH, SEQ, 2, 4)] * 2  # self- and cross-attention
+    # The kernel's options reach it through the cache: the chunked path.
+    layer = keras_selfattn.CachedMultiHeadAttention(
+        num_heads=2, key_dim=4, chunk_size=2
+    )
+    cache = np.zeros((BATCH, 2, SEQ, 2, 4), "float32")
+    layer(x, x, cache=cache, cache_update_index=0)
+    assert chunked_calls == [2]
