@@ -12,7 +12,9 @@ Public API:
   (grouped-query attention; Keras 3.15 or newer).
 - `AttentionPooling`: a learned, mask-aware attention-weighted average over time.
 - `TokenAndPositionEmbedding`: token plus position embedding, padding id 0 masked.
-- `TransformerEncoder`: one encoder block on this package's attention.
+- `TransformerEncoder`: one encoder block, a drop-in for keras-hub's.
+- `TransformerDecoder`: one decoder block (caches for decoding), a drop-in
+  for keras-hub's.
 - `convert`: makes an existing model's Keras and keras-hub attention layers
   compute through the kernel, in place; returns a `ConversionReport`.
 - `layout_map`: how the layers shard under `keras.distribution.ModelParallel`.
@@ -28,6 +30,7 @@ from keras_selfattn import text as _text  # noqa: F401
 from keras_selfattn.attention import masked_softmax, scaled_dot_product_attention
 from keras_selfattn.convert import ConversionReport, convert
 from keras_selfattn.layers.cached_attention import CachedMultiHeadAttention
+from keras_selfattn.layers.decoder import TransformerDecoder
 from keras_selfattn.layers.encoder import TransformerEncoder
 from keras_selfattn.layers.grouped_query_attention import GroupQueryAttention
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
@@ -46,6 +49,7 @@ __all__ = [
     "MultiHeadAttention",
     "SelfAttention",
     "TokenAndPositionEmbedding",
+    "TransformerDecoder",
     "TransformerEncoder",
     "__version__",
     "convert",

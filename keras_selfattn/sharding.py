@@ -20,7 +20,7 @@ from keras_selfattn._validation import invalid
 __all__ = ["layout_map"]
 
 # The weights of this package's layers, by the end of their paths
-# (`variable.path`, e.g. "encoder/self_attention/query/kernel"), and how each
+# (`variable.path`, e.g. "encoder/self_attention_layer/query/kernel"), and how each
 # of their axes shards: "model" on the mesh's model axis, None replicated.
 _SHARDS = {
     # MultiHeadAttention (and keras.layers.MultiHeadAttention): projections to
@@ -37,10 +37,11 @@ _SHARDS = {
     # AttentionPooling: keys (features, heads * key_dim), by heads.
     "key_kernel": (None, "model"),
     "key_bias": ("model",),
-    # TransformerEncoder's feed-forward network.
-    "intermediate_dense/kernel": (None, "model"),
-    "intermediate_dense/bias": ("model",),
-    "output_dense/kernel": ("model", None),
+    # TransformerEncoder's (and TransformerDecoder's) feed-forward network,
+    # under keras-hub's names.
+    "feedforward_intermediate_dense/kernel": (None, "model"),
+    "feedforward_intermediate_dense/bias": ("model",),
+    "feedforward_output_dense/kernel": ("model", None),
 }
 
 
@@ -62,9 +63,10 @@ def layout_map(
       devices before the attention.
     - `AttentionPooling` splits its `key_kernel` `(features, heads *
       key_dim)` by columns: whole heads where the mesh axis divides them.
-    - `TransformerEncoder` shards its attention as above and its
-      feed-forward network Megatron-style: `intermediate_dense` by columns,
-      `output_dense` by rows.
+    - `TransformerEncoder` and `TransformerDecoder` shard their attention as
+      above and their feed-forward network Megatron-style:
+      `feedforward_intermediate_dense` by columns, `feedforward_output_dense`
+      by rows.
 
     Every other weight (embeddings, normalisation, the output biases) is
     replicated. The sharded sizes (the heads, `3 * units`, the feed-forward
@@ -93,11 +95,11 @@ def layout_map(
     ...     (1, 2), ["batch", "model"], devices=["cpu:0", "cpu:1"]
     ... )
     >>> layouts = layout_map(mesh)
-    >>> layouts["encoder/self_attention/query/kernel"].axes
+    >>> layouts["encoder/self_attention_layer/query/kernel"].axes
     (None, 'model', None)
-    >>> layouts["encoder/intermediate_dense/kernel"].axes
+    >>> layouts["encoder/feedforward_intermediate_dense/kernel"].axes
     (None, 'model')
-    >>> layouts["encoder/attention_norm/gamma"] is None  # replicated
+    >>> layouts["encoder/self_attention_layer_norm/gamma"] is None  # replicated
     True
 
     On JAX, with all the devices of the machine in a mesh, layers built

@@ -89,18 +89,31 @@ def subprocess_env():
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Prints how Keras's own attention tests fare on ours, one line a suite."""
+    """Prints how Keras's and keras-hub's own layer tests fare on ours, one
+    line a suite (an "xfailed" is a named expected failure)."""
     suites = (
         ("KerasMultiHeadAttentionTest", "multi_head_attention_test.py",
          "MultiHeadAttention"),
         ("KerasGroupedQueryAttentionTest", "grouped_query_attention_test.py",
          "GroupQueryAttention"),
     )  # fmt: skip
-    for test_class, keras_file, ours in suites:
+    hub_suites = (
+        ("KerasHubTransformerEncoderTest", "transformer_encoder_test.py",
+         "TransformerEncoder"),
+        ("KerasHubTransformerDecoderTest", "transformer_decoder_test.py",
+         "TransformerDecoder"),
+        ("KerasHubCachedMultiHeadAttentionTest",
+         "cached_multi_head_attention_test.py", "CachedMultiHeadAttention"),
+        ("KerasHubTokenAndPositionEmbeddingTest",
+         "token_and_position_embedding_test.py", "TokenAndPositionEmbedding"),
+    )  # fmt: skip
+    runs = [("test_keras_suite.py", "Keras's", *suite) for suite in suites]
+    runs += [("test_keras_hub_suite.py", "keras-hub's", *s) for s in hub_suites]
+    for module, owner, test_class, keras_file, ours in runs:
         counts = {}
-        for outcome in ("passed", "failed", "skipped", "error"):
+        for outcome in ("passed", "failed", "skipped", "error", "xfailed"):
             counts[outcome] = sum(
-                f"test_keras_suite.py::{test_class}::" in report.nodeid
+                f"{module}::{test_class}::" in report.nodeid
                 and getattr(report, "when", "call") in ("call", "setup")
                 for report in terminalreporter.stats.get(outcome, [])
             )
@@ -108,6 +121,6 @@ def pytest_terminal_summary(terminalreporter):
         if total:
             listed = ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n)
             terminalreporter.write_line(
-                f"Keras's {keras_file} on keras_selfattn.{ours} ({BACKEND}): "
+                f"{owner} {keras_file} on keras_selfattn.{ours} ({BACKEND}): "
                 f"{listed} of {total}"
             )

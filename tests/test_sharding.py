@@ -41,7 +41,7 @@ def _mesh(axis_names=("batch", "model")):
 @pytest.mark.parametrize(
     "path, axes",
     [
-        ("encoder_0/self_attention/query/kernel", (None, "model", None)),
+        ("encoder_0/self_attention_layer/query/kernel", (None, "model", None)),
         ("mha/value/bias", ("model", None)),
         ("mha/attention_output/kernel", ("model", None, None)),
         ("mha/attention_output/bias", None),
@@ -51,10 +51,10 @@ def _mesh(axis_names=("batch", "model")):
         ("self_attention/output_bias", None),
         ("pooling/key_kernel", (None, "model")),
         ("pooling/query", None),
-        ("encoder_0/intermediate_dense/kernel", (None, "model")),
-        ("encoder_0/intermediate_dense/bias", ("model",)),
-        ("encoder_0/output_dense/kernel", ("model", None)),
-        ("encoder_0/output_dense/bias", None),
+        ("encoder_0/feedforward_intermediate_dense/kernel", (None, "model")),
+        ("encoder_0/feedforward_intermediate_dense/bias", ("model",)),
+        ("encoder_0/feedforward_output_dense/kernel", ("model", None)),
+        ("encoder_0/feedforward_output_dense/bias", None),
         ("embedding/token_embedding/embeddings", None),
         ("classifier/kernel", None),
     ],
@@ -239,10 +239,10 @@ def test_model_parallel_matches_one_device(subprocess_env):
     assert shards["SelfAttention"]["output_kernel"][1] == [[8, 16]]
     assert shards["AttentionPooling"]["key_kernel"][1] == [[16, 8]]
     encoder = shards["TransformerEncoder"]
-    assert encoder["self_attention/value/kernel"][1] == [[16, 2, 4]]
-    assert encoder["intermediate_dense/kernel"][1] == [[16, 16]]
-    assert encoder["output_dense/kernel"][1] == [[16, 16]]
-    assert encoder["attention_norm/gamma"][1] == [[16]]  # replicated
+    assert encoder["self_attention_layer/value/kernel"][1] == [[16, 2, 4]]
+    assert encoder["feedforward_intermediate_dense/kernel"][1] == [[16, 16]]
+    assert encoder["feedforward_output_dense/kernel"][1] == [[16, 16]]
+    assert encoder["self_attention_layer_norm/gamma"][1] == [[16]]  # replicated
 
 
 PORT_TRIES = 3

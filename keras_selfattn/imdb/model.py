@@ -200,6 +200,7 @@ def build_model(
             intermediate_dim=intermediate_dim,
             num_heads=num_heads,
             dropout=dropout,
+            attention_dropout=0.0,  # dropout on the block's outputs only
             seed=seed + 10 * (i + 1),
             attention=attention,
             name=f"{ENCODER}_{i}",

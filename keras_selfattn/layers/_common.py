@@ -83,3 +83,13 @@ def set_weight_options(layer: keras.layers.Layer, **options) -> None:
 def weight_options_config(layer: keras.layers.Layer, *names: str) -> dict:
     """The serialized options `names` of `layer`, for its `get_config`."""
     return {name: _kind(name).serialize(getattr(layer, name)) for name in names}
+
+
+def keras_mask_of(x):
+    """The Keras mask attached to tensor `x` (`None` if none), as keras-hub's
+    layers read it."""
+    try:
+        from keras.src.backend import get_keras_mask
+    except ImportError:  # pragma: no cover - an older Keras keeps it here
+        return getattr(x, "_keras_mask", None)
+    return get_keras_mask(x)

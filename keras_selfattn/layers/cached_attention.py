@@ -5,7 +5,11 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+from keras_selfattn.layers._common import zero_padded, zero_padded_scores
+from keras_selfattn.layers.multi_head_attention import (
+    MultiHeadAttention,
+    _combined,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
@@ -35,9 +39,13 @@ class CachedMultiHeadAttention(MultiHeadAttention):
 
     keras-hub's vLLM paged-attention route (TPU serving) is not reproduced.
 
-    Masking: as in keras-hub, only `attention_mask` masks (Keras's implicit
-    masks are not read by this call); a query row that may attend to no key
-    outputs zeros (keras-hub outputs an average there).
+    Masking: `attention_mask` masks as in keras-hub. Without a `cache`, the
+    inputs' Keras masks (which keras-hub's layer ignores) count too, as in
+    `keras_selfattn.MultiHeadAttention`: a padded key gets zero weight (as
+    a key mask; no `(T, S)` tensor is built from it) and a padded query
+    position outputs zeros. With a `cache` they are not read (they would
+    cover the new entries only), as in keras-hub. A query row that may
+    attend to no key outputs zeros (keras-hub outputs an average there).
 
     Args:
         num_heads: Positive integer, the number of attention heads.
@@ -62,6 +70,11 @@ class CachedMultiHeadAttention(MultiHeadAttention):
         return_attention_scores: Boolean. If True, also return the
             attention weights. Defaults to `False`.
         training: Python boolean, whether dropout is active.
+        query_mask: Optional boolean `(B, T)`, the query's Keras mask
+            (Keras fills it, and `value_mask`, `key_mask`, from the inputs).
+            Read only without a `cache`. Defaults to `None`.
+        value_mask: Optional boolean `(B, S)`. Defaults to `None`.
+        key_mask: Optional boolean `(B, S)`. Defaults to `None`.
 
     Returns:
         `attention_output`, `(attention_output, attention_scores)`,
@@ -92,10 +105,21 @@ class CachedMultiHeadAttention(MultiHeadAttention):
         cache_update_index=None,
         return_attention_scores=False,
         training=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
     ):
         if key is None:
             key = value
         self._check_scores_allowed(return_attention_scores)
+        padding = None
+        if cache is None:
+            # Keras's masks (which keras-hub's layer ignores); with a cache
+            # they would cover the new entries only, and are not read.
+            self._check_call_masks(query, value, key, query_mask, value_mask, key_mask)
+            padding = _combined(value_mask, key_mask)
+        else:
+            query_mask = None
         query = self._query_dense(query)
         if cache is not None:
             key_cache = cache[:, 0, ...]
@@ -119,7 +143,18 @@ class CachedMultiHeadAttention(MultiHeadAttention):
             value = self._value_dense(value)
 
         if attention_mask is not None:
-            attention_mask = ops.convert_to_tensor(attention_mask)
+            attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
+        extra = {}
+        if padding is not None:
+            if type(self)._compute_attention is MultiHeadAttention._compute_attention:
+                extra["key_padding_mask"] = padding  # a key mask, no (T, S) tensor
+            else:  # Keras's hook contract: one merged mask
+                padding = padding[:, None, :]
+                attention_mask = (
+                    padding
+                    if attention_mask is None
+                    else ops.logical_and(attention_mask, padding)
+                )
         attention_output, attention_scores = self._compute_attention(
             query=query,
             key=key,
@@ -127,8 +162,10 @@ class CachedMultiHeadAttention(MultiHeadAttention):
             attention_mask=attention_mask,
             return_attention_scores=return_attention_scores,
             training=training,
+            **extra,
         )
-        attention_output = self._output_dense(attention_output)
+        attention_output = zero_padded(self._output_dense(attention_output), query_mask)
+        attention_scores = zero_padded_scores(attention_scores, query_mask)
 
         if return_attention_scores and cache is not None:
             return attention_output, attention_scores, cache
@@ -148,12 +185,18 @@ class CachedMultiHeadAttention(MultiHeadAttention):
         cache_update_index=None,
         return_attention_scores=False,
         training=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
     ):
         if cache is None:
             return super().compute_output_spec(
                 query,
                 value,
                 key,
+                query_mask=query_mask,
+                value_mask=value_mask,
+                key_mask=key_mask,
                 attention_mask=attention_mask,
                 return_attention_scores=return_attention_scores,
                 training=training,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import keras
+from keras import ops
 
 from keras_selfattn._validation import (
     check_known_last_dim,
+    check_one_of,
     check_positive_int,
     check_rank,
     check_rate,
@@ -14,6 +16,7 @@ from keras_selfattn._validation import (
 from keras_selfattn.layers._common import (
     check_keras_mask,
     clone_initializer,
+    keras_mask_of,
     set_weight_options,
     weight_options_config,
     zero_padded,
@@ -26,47 +29,104 @@ _ATTENTION_LAYERS = {
     "keras": keras.layers.MultiHeadAttention,
 }
 
+# The sub-layers under their names before keras-hub's (version 0.1 of this
+# package), kept as read-only properties: Keras's saving walks attributes in
+# `dir()` order, public names first, so `.keras` files saved by 0.1 (whose
+# weights are stored under these names) still load, and new files use them
+# too.
+_OLD_NAMES = {
+    "attention_layer": "_self_attention_layer",
+    "attention_norm": "_self_attention_layer_norm",
+    "attention_dropout_layer": "_self_attention_dropout",
+    "feedforward_norm": "_feedforward_layer_norm",
+    "intermediate_dense": "_feedforward_intermediate_dense",
+    "output_dense": "_feedforward_output_dense",
+    "feedforward_dropout_layer": "_feedforward_dropout",
+}
+
+
+# 0.1's order of the sub-layers.
+_OLD_ORDER = (
+    "_self_attention_layer",
+    "_self_attention_layer_norm",
+    "_self_attention_dropout",
+    "_feedforward_intermediate_dense",
+    "_feedforward_output_dense",
+    "_feedforward_layer_norm",
+    "_feedforward_dropout",
+)
+
+
+def _old_name(new_name: str) -> property:
+    def get(self):
+        return getattr(self, new_name, None)
+
+    get.__doc__ = f"The sub-layer `{new_name}` (its name before 0.2), once built."
+    return property(get)
+
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
 class TransformerEncoder(keras.layers.Layer):
-    """One Transformer encoder block (Vaswani et al., 2017).
+    """One Transformer encoder block, a drop-in for keras-hub's.
 
     Shapes: `(batch, seq, hidden_dim)` in, `(batch, seq, hidden_dim)` out;
     with `return_attention_scores=True`, also the self-attention weights
     `(batch, num_heads, seq, seq)`.
 
-    The block is multi-head self-attention
+    The block (Vaswani et al., 2017) is multi-head self-attention
     (`keras_selfattn.MultiHeadAttention`, `key_dim = hidden_dim // num_heads`)
     followed by a position-wise feed-forward network
     `Dense(intermediate_dim, activation) -> Dense(hidden_dim)`. Each part has
     dropout on its output, a residual connection and a layer normalisation,
-    after the residual (`normalize_first=False`, the original Transformer) or
-    before the part (`normalize_first=True`, "pre-LN").
+    after the residual (`normalize_first=False`, the original Transformer and
+    BERT) or before the part (`normalize_first=True`, "pre-LN", GPT-2).
 
-    Masking: the layer supports Keras masks (from
-    `TokenAndPositionEmbedding`, `Embedding(mask_zero=True)` or `Masking`). A
-    padded key gets exactly zero attention weight, padded positions output
-    zeros, so changing padded tokens never changes the outputs at real
-    positions, and the input mask is handed on.
+    It is a drop-in for `keras_hub.layers.TransformerEncoder`: the same
+    constructor (keras-hub's arguments, defaults and order; this package's
+    extras after them), the same call, the same sub-layers under keras-hub's
+    attribute and layer names (`_self_attention_layer`,
+    `_self_attention_layer_norm`, `_self_attention_dropout`,
+    `_feedforward_layer_norm`, `_feedforward_intermediate_dense`,
+    `_feedforward_output_dense`, `_feedforward_dropout`), built in its
+    order, so `get_weights()` and `set_weights()` line up with keras-hub's
+    layer, and keras-hub's own test file passes on it. The outputs equal
+    keras-hub's at every real position; they differ at padded positions,
+    which output zeros here (keras-hub outputs whatever its block computes
+    there). The sub-layers are also reachable under this package's 0.1
+    names (`attention_layer`, `attention_norm`, `intermediate_dense`, ...),
+    which keep models saved by 0.1 loading.
+
+    Masking: padding comes from `padding_mask` or, without one, from the
+    input's Keras mask (from `TokenAndPositionEmbedding`,
+    `Embedding(mask_zero=True)` or `Masking`): an explicit `padding_mask`
+    wins over the Keras mask, as in keras-hub; `attention_mask` and
+    `use_causal_mask` combine with it. A padded key gets exactly zero
+    attention weight and travels to the kernel as a key mask (no
+    `(seq, seq)` tensor is built from it); padded positions output zeros,
+    so changing padded tokens never changes the outputs at real positions;
+    the input's Keras mask is handed on.
 
     Args:
         intermediate_dim: Positive integer, the hidden size of the
             feed-forward network.
         num_heads: Positive integer dividing the input's `hidden_dim`.
         dropout: Float in `[0, 1)`, dropout rate on the outputs of the
-            attention and feed-forward parts. Defaults to `0.0`.
-        attention_dropout: Float in `[0, 1)`, dropout rate on the attention
-            weights. Defaults to `0.0`.
+            attention and feed-forward parts (and, unless
+            `attention_dropout` says otherwise, on the attention weights,
+            as in keras-hub). Defaults to `0.0`.
         activation: Activation of the feed-forward network.
             Defaults to `"relu"`.
         layer_norm_epsilon: Float, the epsilon of the layer normalisations.
             Defaults to `1e-5`.
-        normalize_first: Boolean, pre-LN if True, post-LN if False.
-            Defaults to `False`.
         kernel_initializer: Initializer for the dense kernels.
             Defaults to `"glorot_uniform"`.
         bias_initializer: Initializer for the dense biases.
             Defaults to `"zeros"`.
+        normalize_first: Boolean, pre-LN if True, post-LN if False.
+            Defaults to `False`.
+        attention_dropout: Optional float in `[0, 1)`, dropout rate on the
+            attention weights. Defaults to `None`, meaning `dropout` (as
+            keras-hub does).
         seed: Optional integer seed for the dropouts. Defaults to `None`.
         attention: String, the attention layer of the block:
             `"keras_selfattn"` (`keras_selfattn.MultiHeadAttention`) or
@@ -78,11 +138,16 @@ class TransformerEncoder(keras.layers.Layer):
 
     Call arguments:
         inputs: Tensor of shape `(batch, seq, hidden_dim)`.
-        mask: Optional boolean tensor `(batch, seq)`, True at real tokens.
-            Keras passes it in from an upstream masking layer.
+        padding_mask: Optional boolean tensor `(batch, seq)`, True at real
+            tokens. Replaces the input's Keras mask when given.
+            Defaults to `None`.
+        attention_mask: Optional boolean tensor `(batch, seq, seq)`, True
+            where a query may attend to a key. Defaults to `None`.
         training: Python boolean, whether dropout is active.
         return_attention_scores: Boolean. If True, return
             `(outputs, scores)`. Defaults to `False`.
+        mask: Optional boolean tensor `(batch, seq)`, the input's Keras
+            mask; Keras passes it in from an upstream masking layer.
         use_causal_mask: Boolean, causal self-attention for this call.
             Defaults to `False`.
 
@@ -99,6 +164,12 @@ class TransformerEncoder(keras.layers.Layer):
     >>> x = AttentionPooling()(x)
     >>> probability = keras.layers.Dense(1, activation="sigmoid")(x)
     >>> model = keras.Model(ids, probability)
+    >>> block = TransformerEncoder(intermediate_dim=8, num_heads=2)
+    >>> x = np.random.rand(2, 3, 4).astype("float32")
+    >>> padding = np.array([[True, True, False], [True, True, True]])
+    >>> outputs = block(x, padding_mask=padding)
+    >>> bool(np.all(keras.ops.convert_to_numpy(outputs)[0, 2] == 0))  # padding
+    True
     """
 
     def __init__(
@@ -106,12 +177,12 @@ class TransformerEncoder(keras.layers.Layer):
         intermediate_dim: int,
         num_heads: int,
         dropout: float = 0.0,
-        attention_dropout: float = 0.0,
         activation="relu",
         layer_norm_epsilon: float = 1e-5,
-        normalize_first: bool = False,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        normalize_first: bool = False,
+        attention_dropout: float | None = None,
         seed: int | None = None,
         attention: str = "keras_selfattn",
         **kwargs,
@@ -125,7 +196,8 @@ class TransformerEncoder(keras.layers.Layer):
             )
         check_positive_int("num_heads", num_heads)
         check_rate("dropout", dropout)
-        check_rate("attention_dropout", attention_dropout)
+        if attention_dropout is not None:
+            check_rate("attention_dropout", attention_dropout)
         if (
             isinstance(layer_norm_epsilon, bool)
             or not isinstance(layer_norm_epsilon, (int, float))
@@ -148,6 +220,7 @@ class TransformerEncoder(keras.layers.Layer):
         self.seed = seed
         self.attention = attention
         self.supports_masking = True
+        self._weights_order = "keras_hub"
 
     def _initializers(self):
         """Fresh initializer instances, so that no two kernels start equal."""
@@ -156,10 +229,10 @@ class TransformerEncoder(keras.layers.Layer):
             "bias_initializer": clone_initializer(self.bias_initializer),
         }
 
-    def build(self, input_shape):
-        check_rank("inputs", input_shape, 3, "(batch, seq, hidden_dim)")
-        hidden_dim = input_shape[-1]
-        check_known_last_dim("inputs", input_shape, "hidden_dim")
+    def build(self, inputs_shape):
+        check_rank("inputs", inputs_shape, 3, "(batch, seq, hidden_dim)")
+        hidden_dim = inputs_shape[-1]
+        check_known_last_dim("inputs", inputs_shape, "hidden_dim")
         if hidden_dim % self.num_heads:
             raise invalid(
                 "num_heads",
@@ -168,82 +241,125 @@ class TransformerEncoder(keras.layers.Layer):
             )
         policy = self.dtype_policy
         seed = None if self.seed is None else self.seed + 1
-        self.attention_layer = _ATTENTION_LAYERS[self.attention](
-            num_heads=self.num_heads,
-            key_dim=hidden_dim // self.num_heads,
-            dropout=self.attention_dropout,
-            seed=self.seed,
-            dtype=policy,
-            name="self_attention",
-            **self._initializers(),
+        attention_dropout = (
+            self.dropout if self.attention_dropout is None else self.attention_dropout
         )
-        self.attention_layer.build(input_shape, input_shape)
-        self.attention_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=policy, name="attention_norm"
+        layers = {
+            "_self_attention_layer": _ATTENTION_LAYERS[self.attention](
+                num_heads=self.num_heads,
+                key_dim=hidden_dim // self.num_heads,
+                dropout=attention_dropout,
+                seed=self.seed,
+                dtype=policy,
+                name="self_attention_layer",
+                **self._initializers(),
+            ),
+            "_self_attention_layer_norm": keras.layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon,
+                dtype=policy,
+                name="self_attention_layer_norm",
+            ),
+            "_self_attention_dropout": keras.layers.Dropout(
+                self.dropout, seed=seed, dtype=policy, name="self_attention_dropout"
+            ),
+            "_feedforward_layer_norm": keras.layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon,
+                dtype=policy,
+                name="feedforward_layer_norm",
+            ),
+            "_feedforward_intermediate_dense": keras.layers.Dense(
+                self.intermediate_dim,
+                activation=self.activation,
+                dtype=policy,
+                name="feedforward_intermediate_dense",
+                **self._initializers(),
+            ),
+            "_feedforward_output_dense": keras.layers.Dense(
+                hidden_dim,
+                dtype=policy,
+                name="feedforward_output_dense",
+                **self._initializers(),
+            ),
+            "_feedforward_dropout": keras.layers.Dropout(
+                self.dropout,
+                seed=None if seed is None else seed + 1,
+                dtype=policy,
+                name="feedforward_dropout",
+            ),
+        }
+        # Keras tracks sub-layers in the order they are set, and that is the
+        # order of the weights (and of an optimizer's slots): keras-hub's, or
+        # 0.1's for a layer loaded from a 0.1 file.
+        order = _OLD_ORDER if self._weights_order == "0.1" else list(layers)
+        for name in order:
+            setattr(self, name, layers[name])
+        self._self_attention_layer.build(inputs_shape, inputs_shape)
+        self._self_attention_layer_norm.build(inputs_shape)
+        self._feedforward_layer_norm.build(inputs_shape)
+        self._feedforward_intermediate_dense.build(inputs_shape)
+        self._feedforward_output_dense.build(
+            (*tuple(inputs_shape[:-1]), self.intermediate_dim)
         )
-        self.attention_norm.build(input_shape)
-        self.attention_dropout_layer = keras.layers.Dropout(
-            self.dropout, seed=seed, dtype=policy, name="attention_dropout"
-        )
-        self.intermediate_dense = keras.layers.Dense(
-            self.intermediate_dim,
-            activation=self.activation,
-            dtype=policy,
-            name="intermediate_dense",
-            **self._initializers(),
-        )
-        self.intermediate_dense.build(input_shape)
-        self.output_dense = keras.layers.Dense(
-            hidden_dim, dtype=policy, name="output_dense", **self._initializers()
-        )
-        self.output_dense.build((*tuple(input_shape[:-1]), self.intermediate_dim))
-        self.feedforward_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=policy, name="feedforward_norm"
-        )
-        self.feedforward_norm.build(input_shape)
-        self.feedforward_dropout_layer = keras.layers.Dropout(
-            self.dropout,
-            seed=None if seed is None else seed + 1,
-            dtype=policy,
-            name="feedforward_dropout",
-        )
+
+    def _check_call(self, inputs, padding_mask, attention_mask, mask) -> None:
+        check_rank("inputs", inputs.shape, 3, "(batch, seq, hidden_dim)")
+        for name, given in (("padding_mask", padding_mask), ("mask", mask)):
+            if given is not None:
+                check_keras_mask(name, given, inputs)
+        if attention_mask is not None:
+            check_rank("attention_mask", attention_mask.shape, 3, "(batch, seq, seq)")
 
     def call(
         self,
         inputs,
-        mask=None,
+        padding_mask=None,
+        attention_mask=None,
         training=None,
         return_attention_scores=False,
+        mask=None,
         use_causal_mask=False,
     ):
-        check_rank("inputs", inputs.shape, 3, "(batch, seq, hidden_dim)")
-        if mask is not None:
-            check_keras_mask("mask", mask, inputs)
+        if padding_mask is not None:
+            padding_mask = ops.convert_to_tensor(padding_mask)
+        if attention_mask is not None:
+            attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
+        self._check_call(inputs, padding_mask, attention_mask, mask)
+        # keras-hub's rule: an explicit padding mask wins over the Keras mask
+        # (which Keras passes as `mask` only when `inputs` is the one tensor).
+        if mask is None and padding_mask is None:
+            mask = keras_mask_of(inputs)
+        padding = mask if padding_mask is None else padding_mask
+        if padding is not None:
+            padding = ops.cast(padding, "bool")
         # Self-attention part.
         residual = inputs
-        x = self.attention_norm(inputs) if self.normalize_first else inputs
-        result = self.attention_layer(
+        x = inputs
+        if self.normalize_first:
+            x = self._self_attention_layer_norm(x)
+        result = self._self_attention_layer(
             x,
             x,
-            query_mask=mask,
-            value_mask=mask,
+            query_mask=padding,
+            value_mask=padding,
+            attention_mask=attention_mask,
             training=training,
             return_attention_scores=return_attention_scores,
             use_causal_mask=use_causal_mask,
         )
         x, scores = result if return_attention_scores else (result, None)
-        x = self.attention_dropout_layer(x, training=training) + residual
+        x = self._self_attention_dropout(x, training=training) + residual
         if not self.normalize_first:
-            x = self.attention_norm(x)
+            x = self._self_attention_layer_norm(x)
         # Feed-forward part.
         residual = x
         if self.normalize_first:
-            x = self.feedforward_norm(x)
-        x = self.output_dense(self.intermediate_dense(x))
-        x = self.feedforward_dropout_layer(x, training=training) + residual
+            x = self._feedforward_layer_norm(x)
+        x = self._feedforward_intermediate_dense(x)
+        x = self._feedforward_output_dense(x)
+        x = self._feedforward_dropout(x, training=training) + residual
         if not self.normalize_first:
-            x = self.feedforward_norm(x)
-        x = zero_padded(x, mask)
+            x = self._feedforward_layer_norm(x)
+        x = zero_padded(x, padding)
         if return_attention_scores:
             return x, scores
         return x
@@ -251,18 +367,20 @@ class TransformerEncoder(keras.layers.Layer):
     def compute_mask(self, inputs, mask=None):
         return mask
 
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape)
+    def compute_output_shape(self, inputs_shape):
+        return tuple(inputs_shape)
 
     def compute_output_spec(
         self,
         inputs,
-        mask=None,
+        padding_mask=None,
+        attention_mask=None,
         training=None,
         return_attention_scores=False,
+        mask=None,
         use_causal_mask=False,
     ):
-        check_rank("inputs", inputs.shape, 3, "(batch, seq, hidden_dim)")
+        self._check_call(inputs, padding_mask, attention_mask, mask)
         output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
         if not return_attention_scores:
             return output
@@ -278,13 +396,30 @@ class TransformerEncoder(keras.layers.Layer):
             "intermediate_dim": self.intermediate_dim,
             "num_heads": self.num_heads,
             "dropout": self.dropout,
-            "attention_dropout": self.attention_dropout,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "normalize_first": self.normalize_first,
+            "attention_dropout": self.attention_dropout,
             "seed": self.seed,
             "attention": self.attention,
             **weight_options_config(
                 self, "activation", "kernel_initializer", "bias_initializer"
             ),
+            "weights_order": self._weights_order,
         }
         return {**base_config, **config}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        # A config without the key was saved by 0.1, whose weights (and an
+        # optimizer's slots for them) are in 0.1's order.
+        weights_order = config.pop("weights_order", "0.1")
+        check_one_of("weights_order", weights_order, ("keras_hub", "0.1"))
+        layer = cls(**config)
+        layer._weights_order = weights_order
+        return layer
+
+
+for _old, _new in _OLD_NAMES.items():
+    setattr(TransformerEncoder, _old, _old_name(_new))
+del _old, _new

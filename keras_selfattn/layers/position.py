@@ -30,6 +30,14 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     attention gives padded keys exactly zero weight. With `mask_zero=False`
     every position is real and no mask is produced.
 
+    Not a drop-in for keras-hub's `TokenAndPositionEmbedding`: that layer
+    defaults to `mask_zero=False`, initializes its positions with
+    `embeddings_initializer`, ties a `ReversibleEmbedding` (`tie_weights`)
+    and takes `start_index` and `positions` in its call; this one masks id 0
+    by default, has its own `position_initializer`, a plain
+    `keras.layers.Embedding`, and positions from 0 (see the docs' layers
+    page).
+
     Args:
         vocabulary_size: Positive integer, the number of token ids
             (ids are in `[0, vocabulary_size)`).

@@ -105,7 +105,7 @@ def test_attention_picks_the_encoders_attention_layer(attention, layer_class):
         TEXTS, vocab_size=50, max_len=8, embed_dim=8, num_heads=2, attention=attention
     )
     encoder = model.get_layer(f"{imdb_model.ENCODER}_0")
-    assert type(encoder.attention_layer) is layer_class
+    assert type(encoder._self_attention_layer) is layer_class
     assert model.predict(np.array(TEXTS[:2], dtype=object), verbose=0).shape == (2, 1)
 
 

@@ -69,6 +69,11 @@ def _mha_self_call(layer, x, **kwargs):
     return layer(x, x, **kwargs)
 
 
+def _decoder_call(layer, x, mask=None, **kwargs):
+    # keras-hub's call names the padding `decoder_padding_mask`.
+    return layer(x, decoder_padding_mask=mask, **kwargs)
+
+
 _INITIALIZER = "ones"
 _REGULARIZER = "l2"
 _CONSTRAINT = "non_neg"
@@ -227,6 +232,35 @@ CASES = [
             "seed": 5,
             "attention": "keras",
         },
+    ),
+    LayerCase(
+        name="CachedMultiHeadAttention",
+        make=lambda: keras_selfattn.CachedMultiHeadAttention(num_heads=2, key_dim=4),
+        apply=_mha_self_call,
+        output_dim=FEATURES,
+        arguments=_MHA_ARGUMENTS,
+        sequential=False,
+    ),
+    LayerCase(
+        name="TransformerDecoder",
+        make=lambda: keras_selfattn.TransformerDecoder(
+            intermediate_dim=16, num_heads=2
+        ),
+        apply=_decoder_call,
+        output_dim=FEATURES,
+        arguments={
+            "intermediate_dim": 16,
+            "num_heads": 2,
+            "dropout": 0.1,
+            "activation": "gelu",
+            "layer_norm_epsilon": 1e-3,
+            "kernel_initializer": _INITIALIZER,
+            "bias_initializer": _INITIALIZER,
+            "normalize_first": True,
+            "attention_dropout": 0.2,
+            "seed": 5,
+        },
+        scores=False,
     ),
     LayerCase(
         name="AttentionPooling_2heads",

@@ -133,3 +133,92 @@ def test_bad_inputs():
         TransformerEncoder(16, num_heads=2)(
             np.zeros((1, 4, 8), "float32"), mask=np.ones((1, 3), bool)
         )
+    with pytest.raises(ValueError, match="`padding_mask`"):
+        TransformerEncoder(16, num_heads=2)(
+            np.zeros((1, 4, 8), "float32"), padding_mask=np.ones((1, 3), bool)
+        )
+    with pytest.raises(ValueError, match="`attention_mask`"):
+        TransformerEncoder(16, num_heads=2)(
+            np.zeros((1, 4, 8), "float32"), attention_mask=np.ones((4, 4), bool)
+        )
+
+
+def test_padding_mask_wins_over_the_keras_mask_and_attention_mask_joins_it(rng):
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    keras_mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=bool)
+    padding = np.array([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]], dtype=bool)
+    causal = np.tril(np.ones((2, 5, 5), bool))
+    layer = TransformerEncoder(16, num_heads=2)
+    _, scores = layer(x, padding, mask=keras_mask, return_attention_scores=True)
+    keys_seen = to_numpy(scores).sum(axis=(1, 2)) > 0  # (batch, keys)
+    np.testing.assert_array_equal(keys_seen, padding)
+    _, scores = layer(
+        x, attention_mask=causal, mask=keras_mask, return_attention_scores=True
+    )
+    expected = causal & keras_mask[:, None, :] & keras_mask[:, :, None]
+    np.testing.assert_array_equal(to_numpy(scores)[:, 0] > 0, expected)
+
+
+@pytest.mark.parametrize(
+    "attention_dropout, weights_dropout, seeds",
+    [(None, 0.1, 3), (0.0, 0.0, 2), (0.2, 0.2, 3)],
+    ids=["same_as_dropout", "none", "own_rate"],
+)
+def test_attention_dropout_defaults_to_dropout_as_in_keras_hub(
+    attention_dropout, weights_dropout, seeds
+):
+    layer = TransformerEncoder(
+        16, num_heads=2, dropout=0.1, attention_dropout=attention_dropout
+    )
+    layer.build((1, 4, 8))
+    assert layer._self_attention_layer._dropout == weights_dropout
+    assert len(layer.non_trainable_variables) == seeds  # the dropouts' seeds
+
+
+# Where each weight of the block lives, in the order of `weights`.
+_KERAS_HUB_ORDER = [
+    *["self_attention_layer"] * 8,
+    *["self_attention_layer_norm"] * 2,
+    *["feedforward_layer_norm"] * 2,
+    *["feedforward_intermediate_dense"] * 2,
+    *["feedforward_output_dense"] * 2,
+]
+_V0_1_ORDER = [
+    *_KERAS_HUB_ORDER[:10],
+    *_KERAS_HUB_ORDER[12:],
+    *_KERAS_HUB_ORDER[10:12],
+]
+
+
+@pytest.mark.backend_independent
+def test_weights_in_keras_hubs_order_and_in_0_1s_for_a_0_1_config():
+    layer = TransformerEncoder(16, num_heads=2)
+    layer.build((1, 4, 8))
+    assert [w.path.split("/")[1] for w in layer.weights] == _KERAS_HUB_ORDER
+    # A config saved by 0.1 has no "weights_order": its weights, and an
+    # optimizer's slots for them, were saved in 0.1's order.
+    config = layer.get_config()
+    assert config.pop("weights_order") == "keras_hub"
+    old = TransformerEncoder.from_config(config)
+    old.build((1, 4, 8))
+    assert [w.path.split("/")[1] for w in old.weights] == _V0_1_ORDER
+    assert old.get_config()["weights_order"] == "0.1"
+    with pytest.raises(ValueError, match="`weights_order`"):
+        TransformerEncoder.from_config({**config, "weights_order": "1.0"})
+
+
+@pytest.mark.backend_independent
+def test_0_1_attribute_names_are_keras_hubs_sub_layers():
+    layer = TransformerEncoder(16, num_heads=2)
+    assert layer.attention_layer is None  # not built yet
+    layer.build((1, 4, 8))
+    for old, new in [
+        ("attention_layer", "_self_attention_layer"),
+        ("attention_norm", "_self_attention_layer_norm"),
+        ("attention_dropout_layer", "_self_attention_dropout"),
+        ("feedforward_norm", "_feedforward_layer_norm"),
+        ("intermediate_dense", "_feedforward_intermediate_dense"),
+        ("output_dense", "_feedforward_output_dense"),
+        ("feedforward_dropout_layer", "_feedforward_dropout"),
+    ]:
+        assert getattr(layer, old) is getattr(layer, new), old

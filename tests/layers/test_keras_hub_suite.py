@@ -21,6 +21,9 @@ pytest.importorskip("keras_hub")
 
 import keras_selfattn
 
+# keras-hub's tests are run once, on TensorFlow: they take about a minute.
+pytestmark = pytest.mark.tensorflow_only
+
 UPSTREAM = Path(__file__).parent / "keras_hub_upstream"
 
 # (keras-hub's test file, its module under keras_hub.src.layers.modeling,
@@ -33,7 +36,39 @@ SUITES = (
         keras_selfattn.CachedMultiHeadAttention,
         "CachedMultiHeadAttentionTest",
     ),
+    (
+        "transformer_encoder_test.py.txt",
+        "transformer_encoder",
+        "TransformerEncoder",
+        keras_selfattn.TransformerEncoder,
+        "TransformerEncoderTest",
+    ),
+    (
+        "transformer_decoder_test.py.txt",
+        "transformer_decoder",
+        "TransformerDecoder",
+        keras_selfattn.TransformerDecoder,
+        "TransformerDecoderTest",
+    ),
+    (
+        "token_and_position_embedding_test.py.txt",
+        "token_and_position_embedding",
+        "TokenAndPositionEmbedding",
+        keras_selfattn.TokenAndPositionEmbedding,
+        "TokenAndPositionEmbeddingTest",
+    ),
 )
+
+# The tests of keras-hub's that fail on ours by design, each with its reason
+# (docs/layers.md names them too). Strict: one that starts to pass fails.
+EXPECTED_FAILURES = {
+    ("TokenAndPositionEmbedding", "test_layer_behaviors"): (
+        "our TokenAndPositionEmbedding masks id 0 by default (mask_zero=True, "
+        "zeros out at padding) and initializes its position table with its own "
+        "position_initializer; keras-hub's test expects mask_zero=False and the "
+        "positions initialized with embeddings_initializer (all outputs 2.0)"
+    ),
+}
 
 
 def _import_pattern(module: str, name: str) -> re.Pattern:
@@ -59,7 +94,12 @@ def _load_suite(source: str, module: str, name: str, ours: type, test_class: str
     namespace.__file__ = str(path)
     setattr(namespace, name, ours)
     exec(compile(code, str(path), "exec"), namespace.__dict__)
-    return namespace, getattr(namespace, test_class)
+    suite = getattr(namespace, test_class)
+    for (layer, test), reason in EXPECTED_FAILURES.items():
+        if layer == name:
+            method = getattr(suite, test)
+            setattr(suite, test, pytest.mark.xfail(strict=True, reason=reason)(method))
+    return namespace, suite
 
 
 _LOADED = {}
@@ -67,6 +107,9 @@ for _source, _module, _name, _ours, _test_class in SUITES:
     _LOADED[_name] = _load_suite(_source, _module, _name, _ours, _test_class)
 
 KerasHubCachedMultiHeadAttentionTest = _LOADED["CachedMultiHeadAttention"][1]
+KerasHubTransformerEncoderTest = _LOADED["TransformerEncoder"][1]
+KerasHubTransformerDecoderTest = _LOADED["TransformerDecoder"][1]
+KerasHubTokenAndPositionEmbeddingTest = _LOADED["TokenAndPositionEmbedding"][1]
 
 
 @pytest.mark.backend_independent

@@ -1,0 +1,507 @@
+"""TransformerDecoder: keras-hub's decoder block on this package's attention."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_selfattn._validation import (
+    check_known_last_dim,
+    check_positive_int,
+    check_rank,
+    check_rate,
+    invalid,
+)
+from keras_selfattn.layers._common import (
+    check_keras_mask,
+    clone_initializer,
+    keras_mask_of,
+    set_weight_options,
+    weight_options_config,
+    zero_padded,
+)
+from keras_selfattn.layers.cached_attention import CachedMultiHeadAttention
+
+
+def _wrong_inputs(built_with: bool) -> ValueError:
+    """keras-hub's error when the number of sequences changes between calls."""
+    state = (
+        "This layer has been built with cross attention, but you did not "
+        "provide encoder_sequence."
+        if built_with
+        else "This layer has been built without cross attention, but you are "
+        "trying to call it with encoder_sequence."
+    )
+    return ValueError(
+        "The number of call arguments to `keras_selfattn.TransformerDecoder` "
+        "should not change. Use `layer(decoder_sequence, encoder_sequence)` "
+        "to build a layer with cross attention, or `layer(decoder_sequence)` "
+        f"to build a layer without. {state}"
+    )
+
+
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+class TransformerDecoder(keras.layers.Layer):
+    """One Transformer decoder block, a drop-in for keras-hub's.
+
+    Shapes: `decoder_sequence` `(batch, T, hidden_dim)` and optionally
+    `encoder_sequence` `(batch, S, encoder_dim)` in; `(batch, T, hidden_dim)`
+    out, with the updated caches beside it when caches are passed.
+
+    The block (Vaswani et al., 2017) is causal self-attention, then (when the
+    layer is called with an `encoder_sequence`) cross-attention to the
+    encoder's sequence, then a feed-forward network
+    `Dense(intermediate_dim, activation) -> Dense(hidden_dim)`; each part has
+    dropout on its output, a residual connection and a layer normalisation,
+    after the residual (`normalize_first=False`) or before the part
+    (`normalize_first=True`, GPT-2). Called with one sequence, the layer has
+    no cross-attention (a decoder-only model, GPT-2 style); the number of
+    sequences must then stay the same from call to call.
+
+    It is a drop-in for `keras_hub.layers.TransformerDecoder`: the same
+    constructor (keras-hub's arguments, defaults and order; this package's
+    extras after them), the same call, caches and return tuples, the same
+    sub-layers under keras-hub's attribute and layer names
+    (`_self_attention_layer`, `_self_attention_layer_norm`,
+    `_self_attention_dropout`, `_cross_attention_layer`,
+    `_cross_attention_layer_norm`, `_cross_attention_dropout`,
+    `_feedforward_intermediate_dense`, `_feedforward_output_dense`,
+    `_feedforward_layer_norm`, `_feedforward_dropout`), built in its order,
+    so `get_weights()` and `set_weights()` line up with keras-hub's layer,
+    and keras-hub's own test file passes on it. The attention layers are
+    `keras_selfattn.CachedMultiHeadAttention`, on this package's kernel.
+    The outputs equal keras-hub's at every real position; padded decoder
+    positions output zeros here. `num_heads` must divide `hidden_dim`
+    (keras-hub rounds the head size down).
+
+    Masking: the decoder's padding comes from `decoder_padding_mask` or,
+    without one, from `decoder_sequence`'s Keras mask, and the encoder's
+    from `encoder_padding_mask` or `encoder_sequence`'s Keras mask (an
+    explicit mask wins, as in keras-hub); `decoder_attention_mask` and
+    `encoder_attention_mask` combine with them, and `use_causal_mask`
+    (on by default) with the self-attention's. A masked key gets exactly zero
+    weight, a query that may attend to no key outputs zeros, padded decoder
+    positions output zeros, and `decoder_sequence`'s Keras mask is handed
+    on.
+
+    Args:
+        intermediate_dim: Positive integer, the hidden size of the
+            feed-forward network.
+        num_heads: Positive integer dividing the decoder's `hidden_dim`.
+        dropout: Float in `[0, 1)`, dropout rate on the outputs of the
+            attention and feed-forward parts (and, unless
+            `attention_dropout` says otherwise, on the attention weights, as
+            in keras-hub). Defaults to `0.0`.
+        activation: Activation of the feed-forward network.
+            Defaults to `"relu"`.
+        layer_norm_epsilon: Float, the epsilon of the layer normalisations.
+            Defaults to `1e-5`.
+        kernel_initializer: Initializer for the dense kernels.
+            Defaults to `"glorot_uniform"`.
+        bias_initializer: Initializer for the dense biases.
+            Defaults to `"zeros"`.
+        normalize_first: Boolean, pre-LN if True, post-LN if False.
+            Defaults to `False`.
+        attention_dropout: Optional float in `[0, 1)`, dropout rate on the
+            attention weights. Defaults to `None`, meaning `dropout`.
+        seed: Optional integer seed for the dropouts. Defaults to `None`.
+        **kwargs: Base layer arguments, such as `name` and `dtype`, and
+            keras-hub's `decoder_sequence_shape` and `encoder_sequence_shape`
+            (from its configs), which build the layer at once.
+
+    Call arguments:
+        decoder_sequence: Tensor `(batch, T, hidden_dim)`.
+        encoder_sequence: Optional tensor `(batch, S, encoder_dim)`, for
+            cross-attention. Defaults to `None` (no cross-attention).
+        decoder_padding_mask: Optional boolean `(batch, T)`, True at real
+            decoder tokens. Defaults to `None`.
+        decoder_attention_mask: Optional boolean `(batch, T, T)`, True where
+            a decoder position may attend to another. Defaults to `None`.
+        encoder_padding_mask: Optional boolean `(batch, S)`, True at real
+            encoder tokens. Defaults to `None`.
+        encoder_attention_mask: Optional boolean `(batch, T, S)`, True where
+            a decoder position may attend to an encoder position.
+            Defaults to `None`.
+        self_attention_cache: Optional float tensor
+            `(batch, 2, max_len, num_heads, head_dim)`, the self-attention's
+            keys and values so far. Defaults to `None`.
+        self_attention_cache_update_index: Optional int or int tensor, where
+            the new keys and values go in `self_attention_cache` (usually
+            the index of the token being decoded). Defaults to `None`.
+        cross_attention_cache: Optional float tensor
+            `(batch, 2, S, num_heads, head_dim)`, the cross-attention's keys
+            and values. With cross-attention, set it exactly when
+            `self_attention_cache` is set. Defaults to `None`.
+        cross_attention_cache_update_index: Optional int or int tensor:
+            `0` computes the whole cross-attention cache, `None` reuses it.
+            Defaults to `None`.
+        use_causal_mask: Boolean, causal self-attention (position `i` sees
+            positions `j <= i`, counted from
+            `self_attention_cache_update_index` with a cache).
+            Defaults to `True`.
+        training: Python boolean, whether dropout is active.
+
+    Returns:
+        `outputs` `(batch, T, hidden_dim)` without a cache;
+        `(outputs, self_attention_cache)` with one and no cross-attention;
+        `(outputs, self_attention_cache, cross_attention_cache)` with caches
+        and cross-attention.
+
+    Example:
+
+    >>> decoder = TransformerDecoder(intermediate_dim=16, num_heads=2)
+    >>> tokens = np.random.rand(1, 4, 8).astype("float32")
+    >>> tuple(decoder(tokens).shape)
+    (1, 4, 8)
+    >>> cache = np.zeros((1, 2, 4, 2, 4), "float32")
+    >>> outputs, cache = decoder(
+    ...     tokens[:, :1], self_attention_cache=cache,
+    ...     self_attention_cache_update_index=0)
+    >>> bool(np.allclose(outputs, decoder(tokens)[:, :1], atol=1e-5))
+    True
+    """
+
+    def __init__(
+        self,
+        intermediate_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        activation="relu",
+        layer_norm_epsilon: float = 1e-5,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        normalize_first: bool = False,
+        attention_dropout: float | None = None,
+        seed: int | None = None,
+        **kwargs,
+    ):
+        decoder_sequence_shape = kwargs.pop("decoder_sequence_shape", None)
+        encoder_sequence_shape = kwargs.pop("encoder_sequence_shape", None)
+        check_positive_int("intermediate_dim", intermediate_dim)
+        check_positive_int("num_heads", num_heads)
+        check_rate("dropout", dropout)
+        if attention_dropout is not None:
+            check_rate("attention_dropout", attention_dropout)
+        if (
+            isinstance(layer_norm_epsilon, bool)
+            or not isinstance(layer_norm_epsilon, (int, float))
+            or not layer_norm_epsilon > 0
+        ):
+            raise invalid("layer_norm_epsilon", "a positive float", layer_norm_epsilon)
+        super().__init__(**kwargs)
+        self.intermediate_dim = intermediate_dim
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        set_weight_options(
+            self,
+            activation=activation,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+        )
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.normalize_first = normalize_first
+        self.seed = seed
+        self.supports_masking = True
+        self._decoder_sequence_shape = None
+        self._encoder_sequence_shape = None
+        if decoder_sequence_shape:
+            self.build(decoder_sequence_shape, encoder_sequence_shape)
+
+    def _initializers(self):
+        """Fresh initializer instances, so that no two kernels start equal."""
+        return {
+            "kernel_initializer": clone_initializer(self.kernel_initializer),
+            "bias_initializer": clone_initializer(self.bias_initializer),
+        }
+
+    def _seed(self, offset: int) -> int | None:
+        return None if self.seed is None else self.seed + offset
+
+    def _attention(self, head_dim: int, offset: int, name: str, **extra):
+        rate = (
+            self.dropout if self.attention_dropout is None else self.attention_dropout
+        )
+        return CachedMultiHeadAttention(
+            num_heads=self.num_heads,
+            key_dim=head_dim,
+            dropout=rate,
+            seed=self._seed(offset),
+            dtype=self.dtype_policy,
+            name=name,
+            **extra,
+            **self._initializers(),
+        )
+
+    def _part(self, name: str, offset: int):
+        """A part's layer normalisation and output dropout."""
+        norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon,
+            dtype=self.dtype_policy,
+            name=f"{name}_layer_norm",
+        )
+        dropout = keras.layers.Dropout(
+            self.dropout,
+            seed=self._seed(offset),
+            dtype=self.dtype_policy,
+            name=f"{name}_dropout",
+        )
+        return norm, dropout
+
+    def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
+        check_rank(
+            "decoder_sequence", decoder_sequence_shape, 3, "(batch, T, hidden_dim)"
+        )
+        check_known_last_dim("decoder_sequence", decoder_sequence_shape, "hidden_dim")
+        hidden_dim = decoder_sequence_shape[-1]
+        if hidden_dim % self.num_heads:
+            raise invalid(
+                "num_heads",
+                f"a divisor of the decoder's hidden_dim ({hidden_dim})",
+                self.num_heads,
+            )
+        if encoder_sequence_shape is not None:
+            check_rank(
+                "encoder_sequence", encoder_sequence_shape, 3, "(batch, S, features)"
+            )
+        self._decoder_sequence_shape = decoder_sequence_shape
+        self._encoder_sequence_shape = encoder_sequence_shape
+        head_dim = hidden_dim // self.num_heads
+        # keras-hub's sub-layers, names and order (the order of the weights).
+        self._self_attention_layer = self._attention(head_dim, 0, "self_attention")
+        self._self_attention_layer.build(decoder_sequence_shape, decoder_sequence_shape)
+        self._self_attention_layer_norm, self._self_attention_dropout = self._part(
+            "self_attention", 1
+        )
+        self._self_attention_layer_norm.build(decoder_sequence_shape)
+        self._cross_attention_layer = None
+        if encoder_sequence_shape:
+            self._cross_attention_layer = self._attention(
+                head_dim, 2, "cross_attention", value_dim=head_dim
+            )
+            self._cross_attention_layer.build(
+                decoder_sequence_shape, encoder_sequence_shape
+            )
+            self._cross_attention_layer_norm, self._cross_attention_dropout = (
+                self._part("cross_attention", 3)
+            )
+            self._cross_attention_layer_norm.build(decoder_sequence_shape)
+        self._feedforward_intermediate_dense = keras.layers.Dense(
+            self.intermediate_dim,
+            activation=self.activation,
+            dtype=self.dtype_policy,
+            name="feedforward_intermediate_dense",
+            **self._initializers(),
+        )
+        self._feedforward_intermediate_dense.build(decoder_sequence_shape)
+        self._feedforward_output_dense = keras.layers.Dense(
+            hidden_dim,
+            dtype=self.dtype_policy,
+            name="feedforward_output_dense",
+            **self._initializers(),
+        )
+        self._feedforward_output_dense.build(
+            (*tuple(decoder_sequence_shape[:-1]), self.intermediate_dim)
+        )
+        self._feedforward_layer_norm, self._feedforward_dropout = self._part(
+            "feedforward", 4
+        )
+        self._feedforward_layer_norm.build(decoder_sequence_shape)
+        self.built = True
+
+    # ------------------------------------------------------------- masks
+
+    @staticmethod
+    def _merged_mask(sequence, padding_mask, attention_mask, argument: str):
+        """keras-hub's `merge_padding_and_attention_mask`, as booleans: an
+        explicit padding mask wins over the Keras mask; the attention mask
+        joins it. Returns `(mask or None, padding or None)`."""
+        padding = padding_mask
+        if padding is None:
+            padding = keras_mask_of(sequence)
+        if padding is not None:
+            padding = ops.cast(ops.convert_to_tensor(padding), "bool")
+            if len(padding.shape) != 2:
+                raise invalid(
+                    f"{argument}_padding_mask",
+                    "a boolean mask of shape (batch, length)",
+                    f"<tensor of shape {tuple(padding.shape)}>",
+                )
+        mask = None if padding is None else padding[:, None, :]
+        if attention_mask is not None:
+            attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
+            check_rank(
+                f"{argument}_attention_mask",
+                attention_mask.shape,
+                3,
+                "(batch, target_length, source_length)",
+            )
+            mask = (
+                attention_mask
+                if mask is None
+                else ops.logical_and(mask, attention_mask)
+            )
+        return mask, padding
+
+    @staticmethod
+    def _causal_mask(query_length, key_length, start):
+        """`(1, query_length, key_length)`, True where key `j` <= query `i`
+        (queries counted from `start`)."""
+        i = ops.arange(query_length, dtype="int32") + ops.cast(start, "int32")
+        j = ops.arange(key_length, dtype="int32")
+        return ops.expand_dims(i[:, None] >= j[None, :], 0)
+
+    # ------------------------------------------------------------- calling
+
+    def call(
+        self,
+        decoder_sequence,
+        encoder_sequence=None,
+        decoder_padding_mask=None,
+        decoder_attention_mask=None,
+        encoder_padding_mask=None,
+        encoder_attention_mask=None,
+        self_attention_cache=None,
+        self_attention_cache_update_index=None,
+        cross_attention_cache=None,
+        cross_attention_cache_update_index=None,
+        use_causal_mask=True,
+        training=None,
+    ):
+        has_cross_attention = self._cross_attention_layer is not None
+        if has_cross_attention != (encoder_sequence is not None):
+            raise _wrong_inputs(built_with=has_cross_attention)
+        if has_cross_attention and (
+            (self_attention_cache is None) != (cross_attention_cache is None)
+        ):
+            raise ValueError(
+                "When calling `keras_selfattn.TransformerDecoder` with "
+                "cross-attention (with both `encoder_sequence` and "
+                "`decoder_sequence`), `self_attention_cache` and "
+                "`cross_attention_cache` should both be set or both be `None`. "
+                "One cannot be `None` while the other is not. Received: "
+                f"self_attention_cache={self_attention_cache}, "
+                f"cross_attention_cache={cross_attention_cache}."
+            )
+        check_rank("decoder_sequence", decoder_sequence.shape, 3, "(batch, T, dim)")
+        self_mask, padding = self._merged_mask(
+            decoder_sequence, decoder_padding_mask, decoder_attention_mask, "decoder"
+        )
+        if padding is not None and self_attention_cache is None:
+            check_keras_mask("decoder_padding_mask", padding, decoder_sequence)
+        if use_causal_mask:
+            length = ops.shape(decoder_sequence)[1]
+            key_length = length
+            if self_attention_cache is not None:
+                key_length = ops.shape(self_attention_cache)[2]
+            start = self_attention_cache_update_index
+            causal = self._causal_mask(
+                length, key_length, 0 if start is None else start
+            )
+            self_mask = (
+                causal if self_mask is None else ops.logical_and(self_mask, causal)
+            )
+
+        # Self-attention part.
+        x = decoder_sequence
+        residual = x
+        if self.normalize_first:
+            x = self._self_attention_layer_norm(x)
+        # The padding goes in as Keras masks too (a key mask, no (T, T)
+        # tensor; explicit, so Keras does not put the Keras mask in instead).
+        self_masks = {}
+        if padding is not None and self_attention_cache is None:
+            self_masks = {"query_mask": padding, "value_mask": padding}
+        result = self._self_attention_layer(
+            query=x,
+            value=x,
+            attention_mask=self_mask,
+            **self_masks,
+            cache=self_attention_cache,
+            cache_update_index=self_attention_cache_update_index,
+            training=training,
+        )
+        if self_attention_cache is None:
+            x = result
+        else:
+            x, self_attention_cache = result
+        x = self._self_attention_dropout(x, training=training) + residual
+        if not self.normalize_first:
+            x = self._self_attention_layer_norm(x)
+
+        # Cross-attention part.
+        if has_cross_attention:
+            cross_mask, encoder_padding = self._merged_mask(
+                encoder_sequence,
+                encoder_padding_mask,
+                encoder_attention_mask,
+                "encoder",
+            )
+            cross_masks = {}
+            if cross_attention_cache is None:
+                if encoder_padding is not None:
+                    check_keras_mask(
+                        "encoder_padding_mask", encoder_padding, encoder_sequence
+                    )
+                    cross_masks["value_mask"] = encoder_padding
+                if padding is not None:
+                    cross_masks["query_mask"] = padding
+            residual = x
+            if self.normalize_first:
+                x = self._cross_attention_layer_norm(x)
+            result = self._cross_attention_layer(
+                query=x,
+                value=encoder_sequence,
+                attention_mask=cross_mask,
+                **cross_masks,
+                cache=cross_attention_cache,
+                cache_update_index=cross_attention_cache_update_index,
+                training=training,
+            )
+            if cross_attention_cache is None:
+                x = result
+            else:
+                x, cross_attention_cache = result
+            x = self._cross_attention_dropout(x, training=training) + residual
+            if not self.normalize_first:
+                x = self._cross_attention_layer_norm(x)
+
+        # Feed-forward part.
+        residual = x
+        if self.normalize_first:
+            x = self._feedforward_layer_norm(x)
+        x = self._feedforward_intermediate_dense(x)
+        x = self._feedforward_output_dense(x)
+        x = self._feedforward_dropout(x, training=training) + residual
+        if not self.normalize_first:
+            x = self._feedforward_layer_norm(x)
+        if padding is not None and padding.shape[1] == x.shape[1]:
+            x = zero_padded(x, padding)
+
+        if self_attention_cache is not None:
+            if has_cross_attention:
+                return x, self_attention_cache, cross_attention_cache
+            return x, self_attention_cache
+        return x
+
+    def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
+        return tuple(decoder_sequence_shape)
+
+    def get_config(self):
+        base_config = super().get_config()
+        config = {
+            "intermediate_dim": self.intermediate_dim,
+            "num_heads": self.num_heads,
+            "dropout": self.dropout,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "normalize_first": self.normalize_first,
+            "attention_dropout": self.attention_dropout,
+            "seed": self.seed,
+            **weight_options_config(
+                self, "activation", "kernel_initializer", "bias_initializer"
+            ),
+            # keras-hub's: the layer builds from its config at once.
+            "decoder_sequence_shape": self._decoder_sequence_shape,
+            "encoder_sequence_shape": self._encoder_sequence_shape,
+        }
+        return {**base_config, **config}
