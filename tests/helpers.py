@@ -50,6 +50,17 @@ def to_numpy(x) -> np.ndarray:
     return keras.ops.convert_to_numpy(x)
 
 
+def plain_attributes(layer) -> dict[str, object]:
+    """A layer's attributes that are plain values (not layers or variables),
+    without its name and paths: what `keras_selfattn.convert`'s tests compare
+    between a converted layer and ours built from the same config."""
+    kinds = (bool, int, float, str, type(None), tuple)
+    skip = {"name", "_path", "_parent_path", "_call_signature"}
+    return {
+        k: v for k, v in vars(layer).items() if isinstance(v, kinds) and k not in skip
+    }
+
+
 def paired_with_keras(theirs, ours, q, v):
     """Keras's layer and ours (built here), ours with Keras's weights.
 

@@ -14,7 +14,7 @@ import keras_selfattn
 from keras_selfattn import ConversionReport, convert
 from keras_selfattn.convert import Entry
 from keras_selfattn.layers import grouped_query_attention, multi_head_attention
-from tests.helpers import assert_close, needs_keras, to_numpy
+from tests.helpers import assert_close, needs_keras, plain_attributes, to_numpy
 
 KERAS_MHA = "keras.layers.MultiHeadAttention"
 ALREADY = "already computes through keras_selfattn's kernel"
@@ -245,15 +245,6 @@ def test_a_layer_that_cannot_take_chunk_size_raises_before_any_change():
     assert len(convert(model).converted) == 2  # without chunk_size it converts
 
 
-def _plain_attributes(layer):
-    """The layer's attributes that are plain values (not layers, variables)."""
-    kinds = (bool, int, float, str, type(None), tuple)
-    skip = {"name", "_path", "_parent_path", "_call_signature"}
-    return {
-        k: v for k, v in vars(layer).items() if isinstance(v, kinds) and k not in skip
-    }
-
-
 CONFIGS = {
     "defaults": {},
     "value-dim-axes-window": {
@@ -281,7 +272,7 @@ def test_a_converted_layer_is_the_layer_our_constructor_makes(built, options):
         ours(x, x)
     convert(keras_layer)
     assert set(vars(keras_layer)) == set(vars(ours))
-    assert _plain_attributes(keras_layer) == _plain_attributes(ours)
+    assert plain_attributes(keras_layer) == plain_attributes(ours)
     assert keras_layer._call_signature == ours._call_signature
     if built:
         projections = [d.supports_masking for d in keras_layer._projections()]
@@ -311,7 +302,7 @@ def test_converts_group_query_attention(kernel_calls):
     layer = model.get_layer("gqa")
     assert type(layer) is keras_selfattn.GroupQueryAttention
     assert set(vars(layer)) == set(vars(ours))
-    assert _plain_attributes(layer) == _plain_attributes(ours)
+    assert plain_attributes(layer) == plain_attributes(ours)
     kernel_calls.clear()
     assert_close(model(x), before)
     assert kernel_calls == ["grouped_query_attention"]

@@ -15,9 +15,10 @@ import keras_hub
 import numpy as np
 import pytest
 
+import keras_selfattn
 from keras_selfattn import convert
 from keras_selfattn.layers import multi_head_attention
-from tests.helpers import assert_close, to_numpy
+from tests.helpers import assert_close, plain_attributes, to_numpy
 
 TINY = {
     "vocabulary_size": 50,
@@ -257,3 +258,22 @@ def test_a_subclass_of_keras_hubs_cached_attention_is_left_alone():
         )
     ]
     assert type(layer) is Custom
+
+
+@pytest.mark.parametrize("built", [False, True], ids=["unbuilt", "built"])
+def test_converted_hub_attention_is_the_layer_our_constructor_makes(built):
+    """As for Keras's layer (tests/test_convert.py): keras-hub's cached
+    attention, converted, has exactly the attributes of ours built from its
+    config, with the same values."""
+    theirs = keras_hub.layers.CachedMultiHeadAttention(2, 8, name="a")
+    ours = keras_selfattn.CachedMultiHeadAttention.from_config(theirs.get_config())
+    x = np.zeros((1, 4, 16), "float32")
+    if built:
+        theirs(x, x)
+        ours(x, x)
+    convert(theirs)
+    assert type(theirs) is keras_selfattn.CachedMultiHeadAttention
+    assert set(vars(theirs)) == set(vars(ours))
+    assert plain_attributes(theirs) == plain_attributes(ours)
+    assert theirs._call_signature == ours._call_signature
+    assert theirs.get_config() == ours.get_config()
