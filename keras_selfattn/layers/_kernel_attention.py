@@ -68,7 +68,9 @@ class KernelAttention:
         - `_sliding_window` and `_use_gate` where an older Keras lacks them
           (at their defaults, as our `__init__` sets them).
         - What `keras.layers.Layer.__init__` reads from the class's `call`
-          (its signature, whether it takes `training` ...) is read again.
+          (its signature, whether it takes `training` ...) is read again,
+          and the `_return_attention_scores` that Keras's call keeps as
+          state is a fresh layer's (False).
 
         Raises:
             ValueError: `chunk_size` is not a positive integer, or the layer's
@@ -81,15 +83,27 @@ class KernelAttention:
         for name, default in cls._ADOPT_DEFAULTS:
             if not hasattr(layer, name):
                 setattr(layer, name, default)
+        # What this Keras's `Layer.__init__` derives from `call` (Keras 3.7
+        # has fewer of these), derived again from ours.
         signature = inspect.signature(layer.call)
-        layer._call_signature = signature
-        layer.call_signature_parameters = list(signature.parameters)
-        layer._call_has_training_arg = "training" in signature.parameters
-        layer._call_has_mask_arg = "mask" in signature.parameters
+        params = list(signature.parameters)
+        derived = {
+            "_call_signature": signature,
+            "call_signature_parameters": params,
+            "_call_has_training_arg": "training" in params,
+            "_call_has_mask_arg": "mask" in params,
+        }
         if hasattr(layer, "_call_context_args"):
-            layer._call_has_context_arg = {
-                arg: arg in signature.parameters for arg in layer._call_context_args
+            derived["_call_has_context_arg"] = {
+                arg: arg in params for arg in layer._call_context_args
             }
+        # Keras's call keeps this flag as state for its `_compute_attention`
+        # (Keras 3.7's MultiHeadAttention too); ours pass it as an argument
+        # or set it in each call: a fresh layer's value.
+        derived["_return_attention_scores"] = False
+        for name, value in derived.items():
+            if name in vars(layer):
+                setattr(layer, name, value)
         if layer.built:
             layer._hand_on_masks()
 
