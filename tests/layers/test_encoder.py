@@ -222,3 +222,29 @@ def test_0_1_attribute_names_are_keras_hubs_sub_layers():
         ("feedforward_dropout_layer", "_feedforward_dropout"),
     ]:
         assert getattr(layer, old) is getattr(layer, new), old
+
+
+@pytest.mark.parametrize("weights_order", ["keras_hub", "0.1"])
+def test_a_compiled_model_saves_and_loads_with_its_optimizer_state(
+    rng, tmp_path, weights_order
+):
+    config = TransformerEncoder(16, num_heads=2, name="encoder").get_config()
+    if weights_order == "0.1":
+        del config["weights_order"]  # as a 0.1 file has it
+    model = keras.Sequential(
+        [keras.Input((4, 8)), TransformerEncoder.from_config(config)]
+    )
+    model.compile(optimizer="adam", loss="mse")
+    # Optimizer slots as training leaves them: a value of its own in each.
+    model.optimizer.build(model.trainable_variables)
+    for variable in model.optimizer.variables:
+        variable.assign(rng.normal(size=variable.shape).astype(variable.dtype))
+    x = rng.normal(size=(2, 4, 8)).astype("float32")
+    model.save(tmp_path / "model.keras")
+    loaded = keras.models.load_model(tmp_path / "model.keras")
+    assert loaded.layers[0].get_config()["weights_order"] == weights_order
+    np.testing.assert_allclose(to_numpy(loaded(x)), to_numpy(model(x)), atol=1e-6)
+    for ours, saved in zip(
+        loaded.optimizer.variables, model.optimizer.variables, strict=True
+    ):
+        np.testing.assert_array_equal(to_numpy(ours), to_numpy(saved))

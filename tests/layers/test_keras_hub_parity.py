@@ -16,6 +16,10 @@ keras_hub = pytest.importorskip("keras_hub")
 import keras_selfattn  # noqa: E402
 from tests.helpers import assert_close, to_numpy  # noqa: E402
 
+# Once, on TensorFlow, for CI's time (about 25 s a backend; they pass on JAX
+# and PyTorch too). The kernel's backends are tested in tests/test_attention*.
+pytestmark = pytest.mark.tensorflow_only
+
 BATCH, SEQ, HIDDEN = 2, 5, 8
 # The second sequence is padded after 3 tokens.
 PADDING = np.array([[True] * SEQ, [True] * 3 + [False] * (SEQ - 3)])

@@ -1,0 +1,74 @@
+"""TransformerDecoder: argument checks, keras-hub's config, masks (its math
+and caches are tested against keras-hub in test_keras_hub_parity.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from keras_selfattn import TransformerDecoder
+from tests.helpers import to_numpy
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize(
+    "kwargs, argument",
+    [
+        ({"intermediate_dim": 0}, "intermediate_dim"),
+        ({"num_heads": 0}, "num_heads"),
+        ({"dropout": 1.0}, "dropout"),
+        ({"attention_dropout": -0.1}, "attention_dropout"),
+        ({"layer_norm_epsilon": 0}, "layer_norm_epsilon"),
+    ],
+    ids=["intermediate_dim", "num_heads", "dropout", "attention_dropout", "epsilon"],
+)
+def test_bad_arguments(kwargs, argument):
+    with pytest.raises(ValueError, match=f"`{argument}`"):
+        TransformerDecoder(**{"intermediate_dim": 8, "num_heads": 2, **kwargs})
+
+
+def test_bad_inputs():
+    x = np.zeros((1, 4, 8), "float32")
+    with pytest.raises(ValueError, match="`num_heads`"):
+        TransformerDecoder(8, num_heads=3)(x)
+    with pytest.raises(ValueError, match="`decoder_padding_mask`"):
+        TransformerDecoder(8, num_heads=2)(x, decoder_padding_mask=np.ones((1, 3)))
+    with pytest.raises(ValueError, match="`encoder_attention_mask`"):
+        TransformerDecoder(8, num_heads=2)(
+            x, x, encoder_attention_mask=np.ones((4, 4), bool)
+        )
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize(
+    "encoder_shape, weights",
+    [(None, 16), ((None, 6, 4), 26)],
+    ids=["decoder_only", "cross"],
+)
+def test_keras_hubs_config_shapes_build_the_layer_at_once(encoder_shape, weights):
+    layer = TransformerDecoder.from_config(
+        {
+            **TransformerDecoder(8, num_heads=2).get_config(),
+            "decoder_sequence_shape": (None, 4, 8),
+            "encoder_sequence_shape": encoder_shape,
+        }
+    )
+    assert layer.built and len(layer.weights) == weights
+    assert (layer._cross_attention_layer is None) == (encoder_shape is None)
+    assert layer.get_config()["decoder_sequence_shape"] == (None, 4, 8)
+
+
+def test_padded_positions_output_zeros_and_their_content_is_ignored(rng):
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    padding = np.array([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]], dtype=bool)
+    layer = TransformerDecoder(8, num_heads=2)
+    out = to_numpy(layer(x, decoder_padding_mask=padding))
+    np.testing.assert_array_equal(out[~padding], 0.0)
+    # Padding content changes nothing at real positions.
+    changed = x.copy()
+    changed[~padding] = 100.0
+    np.testing.assert_allclose(
+        to_numpy(layer(changed, decoder_padding_mask=padding))[padding],
+        out[padding],
+        atol=1e-5,
+    )
