@@ -15,7 +15,9 @@ Then the longest trainable context of each within `--limit-gb`: estimated
 from the measured memory growth and confirmed by a run at the estimate.
 
     python benchmarks/long_context.py                   # 2,048, 8,192, 32,768
-    python benchmarks/long_context.py --lengths 64 128 --no-longest  # a check
+    python benchmarks/long_context.py --lengths 64 128 --layers 2 --hidden 32 \
+        --heads 2 --intermediate 64 --vocabulary 50 --chunk-size 16 \
+        --steps 1 --no-longest                          # a check: minutes
 
 It prints the machine, the versions and the exact command, and writes
 `benchmarks/results/long_context.json` (`--out`).
