@@ -181,6 +181,7 @@ class Configured(keras.layers.MultiHeadAttention):
         return {**super().get_config(), "note": "mine"}
 
 
+@pytest.mark.backend_independent
 def test_leaves_custom_subclasses_and_our_layers_alone_with_the_reason():
     inputs = keras.Input(shape=(5, 8))
     x = Talking(2, 4, name="talking")(inputs, inputs)
@@ -227,6 +228,7 @@ def test_chunk_size_takes_the_chunked_path(chunked_calls):
     assert_close(after, before)
 
 
+@pytest.mark.backend_independent
 def test_a_layer_that_cannot_take_chunk_size_raises_before_any_change():
     inputs = keras.Input(shape=(5, 8))
     x = keras.layers.MultiHeadAttention(2, 4, name="first")(inputs, inputs)
