@@ -331,6 +331,7 @@ class TransformerEncoder(keras.layers.Layer):
         padding = mask if padding_mask is None else padding_mask
         if padding is not None:
             padding = ops.cast(padding, "bool")
+        inputs = zero_padded(inputs, padding)  # Padding may hold NaN or inf.
         # Self-attention part.
         residual = inputs
         x = inputs
