@@ -4,6 +4,8 @@ Public API:
 
 - `scaled_dot_product_attention`: the kernel every layer calls.
 - `masked_softmax`: the kernel's float32, mask-aware softmax on its own.
+- `plan_attention`, `AttentionPlan`: the kernel's choice of path (the rules).
+- `set_memory_budget`, `memory_budget`: the memory budget that choice uses.
 - `SelfAttention`: self-attention on one tensor (fits `keras.Sequential`).
 - `MultiHeadAttention`: a drop-in for `keras.layers.MultiHeadAttention`.
 - `GroupQueryAttention`: a drop-in for `keras.layers.GroupQueryAttention`
@@ -21,7 +23,14 @@ from keras_selfattn import _launcher  # noqa: F401
 # Registers the text pieces that saved models refer to (the standardization,
 # ClipSequence, BigramEmbedding), so they load after `import keras_selfattn`.
 from keras_selfattn import text as _text  # noqa: F401
-from keras_selfattn.attention import masked_softmax, scaled_dot_product_attention
+from keras_selfattn.attention import (
+    AttentionPlan,
+    masked_softmax,
+    memory_budget,
+    plan_attention,
+    scaled_dot_product_attention,
+    set_memory_budget,
+)
 from keras_selfattn.layers.encoder import TransformerEncoder
 from keras_selfattn.layers.grouped_query_attention import GroupQueryAttention
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
@@ -33,6 +42,7 @@ from keras_selfattn.sharding import layout_map
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttentionPlan",
     "AttentionPooling",
     "GroupQueryAttention",
     "MultiHeadAttention",
@@ -42,5 +52,8 @@ __all__ = [
     "__version__",
     "layout_map",
     "masked_softmax",
+    "memory_budget",
+    "plan_attention",
     "scaled_dot_product_attention",
+    "set_memory_budget",
 ]

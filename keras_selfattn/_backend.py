@@ -13,6 +13,8 @@ something of its own, the kernel calls one of these functions:
   (`tf.while_loop`, `jax.lax.scan`, a Python loop).
 - `may_need_gradient`: whether the chunked path needs its custom gradient
   (JAX differentiates only traced values).
+- `free_memory`: the free memory of the device the backend computes on (the
+  default memory budget of the choice of path follows it).
 
 Nothing else in the package looks at `keras.backend.backend()` to compute
 attention.
@@ -21,6 +23,7 @@ attention.
 from __future__ import annotations
 
 import functools
+import os
 
 import keras
 from keras import ops
@@ -218,3 +221,71 @@ def scan_blocks(step, carry, xs, ys_specs, work=None):
         outputs.append(ys)
     ys = tuple(ops.stack(list(y), axis=0) for y in zip(*outputs, strict=True))
     return carry, ys
+
+
+def _host_available() -> int:
+    """The host's available memory in bytes (MemAvailable of /proc/meminfo,
+    else the free physical pages)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30  # No way to ask (not Linux nor POSIX): assume 8 GiB.
+
+
+def _accelerator_free() -> int | None:
+    """The free memory of the backend's first accelerator in bytes, or None
+    where the backend computes on the CPU (or cannot say)."""
+    backend = keras.backend.backend()
+    try:
+        if backend == "jax":
+            import jax
+
+            device = jax.devices()[0]
+            if device.platform == "cpu":
+                return None
+            stats = device.memory_stats() or {}
+            if "bytes_limit" in stats:
+                return stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+        elif backend == "torch":
+            import torch
+
+            if torch.cuda.is_available():
+                return torch.cuda.mem_get_info()[0]
+        elif backend == "tensorflow":
+            import tensorflow as tf
+
+            if tf.config.list_logical_devices("GPU"):
+                from tensorflow.python.client import device_lib
+
+                gpu = next(
+                    d for d in device_lib.list_local_devices() if d.device_type == "GPU"
+                )
+                used = tf.config.experimental.get_memory_info("GPU:0")["current"]
+                return gpu.memory_limit - used
+    except Exception:  # A device that cannot say: the host's figure.
+        return None
+    return None
+
+
+def free_memory() -> tuple[str, int]:
+    """The free memory of the device that the backend computes on.
+
+    The accelerator's (JAX's `memory_stats`, `torch.cuda.mem_get_info`,
+    TensorFlow's allocator limit less its use) where the backend uses one,
+    else the host's available memory (`MemAvailable` in /proc/meminfo).
+
+    Returns:
+        The pair `(device, bytes)`, `device` being `"accelerator"` or
+        `"host"`.
+    """
+    free = _accelerator_free()
+    if free is not None:
+        return "accelerator", int(free)
+    return "host", _host_available()

@@ -11,7 +11,10 @@ kernels, the block loop, XLA fusion) lives in one place, the backend seam
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
+import os
 
 import keras
 from keras import ops
@@ -25,7 +28,14 @@ from keras_selfattn._validation import (
 )
 from keras_selfattn._validation import invalid as _invalid
 
-__all__ = ["masked_softmax", "scaled_dot_product_attention"]
+__all__ = [
+    "AttentionPlan",
+    "masked_softmax",
+    "memory_budget",
+    "plan_attention",
+    "scaled_dot_product_attention",
+    "set_memory_budget",
+]
 
 # The logit of a key that may not be attended to (or added to it, for a padded
 # key). The softmax runs in float32, and this constant only ever meets float32
@@ -207,7 +217,17 @@ def _merge_heads(x, axis):
 
 
 def _plain_attention(
-    query, key, value, mask, padding_mask, scale, dropout, training, seed, return_scores
+    query,
+    key,
+    value,
+    *,
+    mask,
+    padding_mask,
+    scale: float,
+    dropout: float = 0.0,
+    training: bool = False,
+    seed=None,
+    return_scores: bool = False,
 ):
     """softmax(Q Kᵀ · scale) V with the full (B, H, Tq, Tk) weight matrix.
 
@@ -242,15 +262,12 @@ def _plain_attention(
     # none came out of the softmax uniform; it must be zeros.
     has_key = None
     if mask is not None:
-        row_max = ops.max(logits, axis=-1, keepdims=True)
-        has_key = ops.cast(_sees_a_key(row_max), "float32")
+        has_key = _sees_a_key(ops.max(logits, axis=-1, keepdims=True))
     elif padding_mask is not None:
-        has_key = ops.cast(ops.any(padding_mask, axis=-1), "float32")[
-            :, None, None, None
-        ]
+        has_key = ops.any(padding_mask, axis=-1)[:, None, None, None]
     scores = None
     if return_scores:
-        scores = weights if has_key is None else ops.multiply(weights, has_key)
+        scores = weights if has_key is None else ops.where(has_key, weights, 0.0)
         scores = ops.cast(scores, compute_dtype)
     if training and dropout > 0.0:
         weights = keras.random.dropout(weights, dropout, seed=seed)
@@ -258,7 +275,7 @@ def _plain_attention(
     output = _merge_heads(ops.einsum("bhgqk,bkhd->bqhgd", weights, value), 2)
     if has_key is not None:
         has_key = ops.transpose(has_key, (0, 2, 1, 3))  # (B|1, Tq|1, H|1, 1)
-        output = ops.multiply(output, ops.cast(has_key, output.dtype))
+        output = ops.where(has_key, output, ops.zeros((), output.dtype))
     return output, scores
 
 
@@ -312,25 +329,6 @@ def masked_softmax(logits, mask=None, axis=-1):
 # blocks either: a custom gradient recomputes each block's weights from the
 # saved log-sum-exp, FlashAttention-2 style, so training is linear too.
 
-# When the kernel chunks by itself (`chunk_size=None`, no fused kernel): when
-# one (batch, heads, q_len, k_len) float32 weight matrix would pass
-# `AUTO_CHUNK_BYTES` (known batch size only), or from a key length of
-# `AUTO_CHUNK_THRESHOLD` on (whatever the batch, also in a graph traced for
-# any batch). Below that the plain path is faster: the chunked backward
-# recomputes Q·Kᵀ (one more matmul of seven) and loops over blocks.
-# Measured on 2 CPU cores, batch 8, dim 512, 8 heads, n = 2048 (a 1 GiB
-# matrix): plain 0.86-0.90x Keras's step time at 0.90x its memory; chunked
-# 1.05-1.10x the time at 0.25x the memory (benchmarks/README.md). Training
-# keeps several such matrices, so past 1 GiB the chunked path's linear memory
-# wins.
-AUTO_CHUNK_THRESHOLD = 4096
-AUTO_CHUNK_BYTES = 1 << 30
-
-# Key block size of the automatic choice: blocks of (batch, heads, q_len, 256)
-# float32. Blocks of 512 were 5% faster at n = 2048 but half as lean, and
-# much smaller ones pay the loop's per-block overhead.
-AUTO_CHUNK_SIZE = 256
-
 
 def _mask_block(s, bias, keep):
     """The masked logits of one key block (as `_plain_attention` masks)."""
@@ -376,7 +374,16 @@ def _block_logit_grads(p, d_p, delta):
 
 
 def _chunked_attention(
-    query, key, value, mask, padding_mask, scale, causal, sliding_window, chunk_size
+    query,
+    key,
+    value,
+    *,
+    mask,
+    padding_mask,
+    scale: float,
+    causal: bool,
+    sliding_window: int | None,
+    chunk_size: int,
 ):
     """The attention output, computed over blocks of `chunk_size` keys.
 
@@ -558,55 +565,300 @@ def _chunked_attention(
 
 
 def _query_has_key(mask):
-    """(B, Tq, H, 1) float mask: 1 where a query row may attend to some key."""
+    """(B, Tq, H, 1) boolean: True where a query row may attend to some key."""
     any_key = ops.any(mask, axis=-1)  # (B|1, H|1, Tq)
     return ops.expand_dims(ops.transpose(any_key, (0, 2, 1)), -1)
 
 
-def _can_use_fused(query, value, return_scores, flash_attention) -> bool:
-    """Whether to call the backend's fused kernel; `flash_attention=True`
-    insists on it and raises where it cannot be honoured."""
-    if flash_attention is False:
-        return False
-    reason = None
-    if not _backend.has_fused_kernel():
-        reason = f"the {keras.backend.backend()} backend has no fused kernel"
-    elif return_scores:
-        reason = "a fused kernel does not return the attention weights"
-    elif value.shape[-1] != query.shape[-1]:
+# ---------------------------------------------------------------------------
+# The choice of path: one pure function, `plan_attention`, whose docstring
+# states the rules. Its constants, and how they were measured:
+
+# Peak training memory (forward and backward of one call, under the
+# backend's gradient machinery) per element of the (batch, heads, q_len,
+# k_len) weight matrix, in bytes, by backend and path. Measured with
+# `python benchmarks/footprint.py weights`: the peak resident set (VmHWM,
+# after a warm-up step and a reset of the peak) of fresh processes, batch 1,
+# 8 heads, dim 16, float32, at n = 1024 and 2048; the figure is the slope
+# between the two lengths (the linear parts cancel), rounded up, the larger
+# of unmasked and padded. TensorFlow under `tf.function` (as `fit` runs it;
+# an eager `GradientTape` keeps more: 20.6), JAX under `jax.jit`, PyTorch
+# eager. Measured figures in docs/performance.md ("Choosing the path").
+TRAINING_BYTES_PER_ELEMENT = {
+    "tensorflow": {"plain": 13, "fused": 13},
+    "jax": {"plain": 21, "fused": 21},
+    "torch": {"plain": 13, "fused": 13},
+}
+# Any other backend (no gradient machinery measured): the largest above.
+_DEFAULT_BYTES_PER_ELEMENT = 21
+
+# The block sizes of the automatic chunked path, fastest first (fwd+bwd
+# under tf.function, `python benchmarks/footprint.py speed`), and the
+# chunked path's training memory per element of one (batch, heads, q_len,
+# block) block of weights (`python benchmarks/footprint.py blocks`: the
+# slope between blocks of 128 and 1024 keys at n = 4096, 7.5, rounded up).
+CHUNK_SIZES = (512, 256, 128)
+CHUNK_BYTES_PER_ELEMENT = 8
+
+# The environment variable that sets the memory budget, in bytes.
+MEMORY_BUDGET_ENV = "KERAS_SELFATTN_MEMORY_BUDGET"
+# The share of the device's free memory (the accelerator's, else the host's
+# available memory) that the default budget lets the weights take.
+BUDGET_FRACTION = 0.5
+
+_logger = logging.getLogger("keras_selfattn")
+_budget = {"set": None, "default": None}
+
+_PATHS = ("plain", "fused", "chunked")
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionPlan:
+    """The path `scaled_dot_product_attention` takes, as `plan_attention` chose.
+
+    Attributes:
+        path: `"plain"` (the full weight matrix), `"fused"` (the backend's
+            fused kernel, `keras.ops.dot_product_attention`) or `"chunked"`
+            (blocks of keys, linear memory).
+        chunk_size: The number of keys per block on the chunked path; `None`
+            on the others.
+        footprint: The predicted training memory of the plain (or fused)
+            path in bytes, what was compared with the budget; `None` where
+            the rules decided without it.
+
+    Example:
+
+    >>> plan = AttentionPlan("chunked", chunk_size=256)
+    >>> plan.path, plan.chunk_size
+    ('chunked', 256)
+    """
+
+    path: str
+    chunk_size: int | None = None
+    footprint: int | None = None
+
+
+def set_memory_budget(budget: int | None) -> None:
+    """Sets the memory budget that the kernel's choice of path compares with.
+
+    The budget is the memory, in bytes, that the weight matrices of one
+    attention call may take in training (forward and backward) before the
+    kernel switches to the chunked path; see `plan_attention` for the rules.
+    It overrides the environment variable `KERAS_SELFATTN_MEMORY_BUDGET`
+    (bytes, read once) and the default, half of the device's free memory
+    (the accelerator's where the backend computes on one, else the host's
+    available memory), measured once per process and logged at debug level
+    on the `keras_selfattn` logger. A layer's `chunk_size` still overrides
+    the budget.
+
+    Args:
+        budget: A positive integer (bytes), or `None` to return to the
+            environment variable or the default.
+
+    Example:
+
+    >>> set_memory_budget(8 * 2**30)  # 8 GiB
+    >>> memory_budget()
+    8589934592
+    >>> set_memory_budget(None)
+    """
+    if budget is not None:
+        check_positive_int("budget", budget)
+    _budget["set"] = budget
+
+
+def memory_budget() -> int:
+    """The memory budget in bytes that the kernel's choice of path uses now.
+
+    The one given to `set_memory_budget`, else the environment variable
+    `KERAS_SELFATTN_MEMORY_BUDGET`, else half of the device's free memory,
+    measured once per process.
+
+    Returns:
+        The budget, a positive integer number of bytes.
+
+    Example:
+
+    >>> set_memory_budget(2**30)
+    >>> memory_budget()
+    1073741824
+    >>> set_memory_budget(None)
+    """
+    if _budget["set"] is not None:
+        return _budget["set"]
+    if _budget["default"] is None:
+        raw = os.environ.get(MEMORY_BUDGET_ENV)
+        if raw:
+            try:
+                value = int(float(raw))
+            except ValueError:
+                value = 0
+            if value <= 0:
+                raise _invalid(MEMORY_BUDGET_ENV, "a positive number of bytes", raw)
+            source = f"${MEMORY_BUDGET_ENV}"
+        else:
+            where, free = _backend.free_memory()
+            value = max(1, int(free * BUDGET_FRACTION))
+            source = f"{BUDGET_FRACTION:g} of the {where}'s free {free} bytes"
+        _budget["default"] = value
+        _logger.debug("Attention memory budget: %d bytes (%s)", value, source)
+    return _budget["default"]
+
+
+def _fused_refusal(backend, dim, value_dim, return_scores, half_on_cpu):
+    """Why the fused kernel cannot be used, or None."""
+    if backend not in _backend.FUSED_BACKENDS:
+        return f"the {backend} backend has no fused kernel"
+    if return_scores:
+        return "a fused kernel does not return the attention weights"
+    if value_dim != dim:
         # jax.nn.dot_product_attention needs value_dim == dim.
-        reason = "a fused kernel needs the value's last dimension to equal the key's"
-    elif flash_attention is None and not _backend.fused_keeps_float32(query):
-        return False  # half precision on a CPU: the plain path's float32
-    if reason is None:
-        return True
-    if flash_attention:
-        raise ValueError(
-            f"`flash_attention=True` cannot be honoured: {reason}. Set "
-            "`flash_attention=None` to let the kernel choose. Received: "
-            f"query shape {tuple(query.shape)}, value shape {tuple(value.shape)}, "
-            f"return_scores={return_scores}"
-        )
-    return False
-
-
-def _chunk_size_for(chunk_size, batch, heads, q_len, k_len, return_scores, fused):
-    """The key block size of the chunked path, or None for another path."""
-    if return_scores or q_len is None or k_len is None:
-        return None
-    if q_len == 0 or k_len == 0:
-        return None  # nothing to cut into blocks: the plain path gives zeros
-    if chunk_size is not None:
-        return chunk_size
-    if fused:
-        return None
-    if k_len >= AUTO_CHUNK_THRESHOLD:
-        return AUTO_CHUNK_SIZE
-    if batch is not None and batch * (heads or 1) * q_len * k_len * 4 > (
-        AUTO_CHUNK_BYTES
-    ):
-        return AUTO_CHUNK_SIZE
+        return "a fused kernel needs the value's last dimension to equal the key's"
+    if half_on_cpu:
+        return "half precision on a CPU"
     return None
+
+
+def plan_attention(
+    *,
+    batch: int | None,
+    heads: int,
+    q_len: int | None,
+    k_len: int | None,
+    dim: int | None,
+    value_dim: int | None,
+    backend: str,
+    memory_budget: int,
+    half_on_cpu: bool = False,
+    mask: bool = False,
+    padding_mask: bool = False,
+    causal: bool = False,
+    sliding_window: int | None = None,
+    dropout: float = 0.0,
+    return_scores: bool = False,
+    chunk_size: int | None = None,
+    flash_attention: bool | None = None,
+) -> AttentionPlan:
+    """Chooses the path of one attention call: the one place the rules live.
+
+    A pure function of the shapes, the options, the backend's name and a
+    memory budget; it builds no tensor. `scaled_dot_product_attention` calls
+    it with its arguments and `memory_budget()`. The rules, in order:
+
+    1. Flash attention insisted on (`flash_attention=True`): the fused
+       kernel, or a `ValueError` where it cannot be honoured (a backend
+       without one: TensorFlow; `return_scores`; `value_dim != dim`).
+    2. The plain path where nothing can be cut into blocks or only the full
+       matrix will do: `return_scores=True` (it returns that matrix), an
+       empty or unknown (`None`, as in a graph traced for any length)
+       `q_len` or `k_len`.
+    3. An explicit `chunk_size`: the chunked path with that block size (also
+       where a fused kernel exists; dropout in training with it is an error).
+    4. Dropout in training (`dropout > 0`, the rate in effect): the plain
+       path, the only one that does it.
+    5. Otherwise the fastest path that fits the budget. The training
+       footprint of the full weight matrices, `batch * heads * q_len * k_len`
+       elements times the measured bytes per element of the backend and
+       path (`TRAINING_BYTES_PER_ELEMENT`; an unknown batch counts as 1), is
+       compared with `memory_budget`. If it fits: the backend's fused kernel
+       where there is one and it may be used (`flash_attention` not
+       `False`, `value_dim == dim`, and float32 inputs or an accelerator,
+       whose fused kernels accumulate in float32), else the plain path. If
+       it does not fit: the chunked path, with the fastest block size of
+       `CHUNK_SIZES` whose blocks fit the budget (the smallest if none do).
+
+    The masks (`mask`, `padding_mask`), `causal` and `sliding_window` are
+    taken by every path and change no choice.
+
+    Args:
+        batch: The batch size, or `None` where unknown.
+        heads: The number of query heads (1 for 3-D inputs).
+        q_len: The query length, or `None` where unknown.
+        k_len: The key length, or `None` where unknown.
+        dim: The size of one query and key vector of one head.
+        value_dim: The size of one value vector of one head.
+        backend: The Keras backend's name (`keras.backend.backend()`).
+        memory_budget: Bytes the weight matrices may take in training.
+        half_on_cpu: Whether the inputs are float16 or bfloat16 on a CPU,
+            where a fused kernel would not compute in float32. Defaults to
+            `False`.
+        mask: Whether a boolean `mask` is given. Defaults to `False`.
+        padding_mask: Whether a `padding_mask` is given. Defaults to `False`.
+        causal: Whether the causal rule applies. Defaults to `False`.
+        sliding_window: The sliding window, or `None`. Defaults to `None`.
+        dropout: The dropout rate in effect (0 unless training). Defaults to
+            `0.0`.
+        return_scores: Whether the weights are returned. Defaults to `False`.
+        chunk_size: The block size asked for, or `None`. Defaults to `None`.
+        flash_attention: As `scaled_dot_product_attention` takes it.
+            Defaults to `None`.
+
+    Returns:
+        An `AttentionPlan`.
+
+    Example:
+
+    >>> plan_attention(batch=8, heads=8, q_len=4096, k_len=4096, dim=64,
+    ...                value_dim=64, backend="tensorflow",
+    ...                memory_budget=2**30)
+    AttentionPlan(path='chunked', chunk_size=512, footprint=...)
+    """
+    del mask, padding_mask, causal, sliding_window  # Every path takes them.
+    refusal = _fused_refusal(backend, dim, value_dim, return_scores, half_on_cpu)
+    if flash_attention:
+        if refusal is not None and refusal != "half precision on a CPU":
+            raise ValueError(
+                f"`flash_attention=True` cannot be honoured: {refusal}. Set "
+                "`flash_attention=None` to let the kernel choose. Received: "
+                f"backend={backend!r}, dim={dim}, value_dim={value_dim}, "
+                f"return_scores={return_scores}"
+            )
+        return AttentionPlan("fused")
+    static = q_len is not None and k_len is not None
+    if return_scores or not static or q_len == 0 or k_len == 0:
+        return AttentionPlan("plain")
+    if chunk_size is not None:
+        return AttentionPlan("chunked", chunk_size)
+    if dropout > 0.0:
+        return AttentionPlan("plain")
+    fused = flash_attention is None and refusal is None
+    path = "fused" if fused else "plain"
+    per_element = TRAINING_BYTES_PER_ELEMENT.get(backend, {}).get(
+        path, _DEFAULT_BYTES_PER_ELEMENT
+    )
+    rows = (batch or 1) * heads * q_len
+    footprint = rows * k_len * per_element
+    if footprint <= memory_budget:
+        return AttentionPlan(path, footprint=footprint)
+    for size in CHUNK_SIZES:
+        if rows * min(size, k_len) * CHUNK_BYTES_PER_ELEMENT <= memory_budget:
+            break
+    return AttentionPlan("chunked", size, footprint)
+
+
+def _plan(query, key, value, mask, padding_mask, options) -> AttentionPlan:
+    """`plan_attention` for the kernel's 4-D arguments."""
+    batch, q_len, heads, dim = query.shape
+    rate = options["dropout"] if options["training"] else 0.0
+    return plan_attention(
+        batch=batch,
+        heads=heads,
+        q_len=q_len,
+        k_len=key.shape[1],
+        dim=dim,
+        value_dim=value.shape[-1],
+        backend=keras.backend.backend(),
+        memory_budget=memory_budget(),
+        half_on_cpu=not _backend.fused_keeps_float32(query),
+        mask=mask is not None,
+        padding_mask=padding_mask is not None,
+        causal=options["causal"],
+        sliding_window=options["sliding_window"],
+        dropout=rate,
+        return_scores=options["return_scores"],
+        chunk_size=options["chunk_size"],
+        flash_attention=options["flash_attention"],
+    )
 
 
 def scaled_dot_product_attention(
@@ -660,7 +912,10 @@ def scaled_dot_product_attention(
     uniform average over padding. Prefer `padding_mask` for padding: it stays a
     `(batch, k_len)` vector (a bias added to the logits), where the same
     padding given as `mask` is a full `(batch, 1, q_len, k_len)` comparison.
-    Padded *queries* are the caller's to zero (the layers do).
+    Padded keys are ignored whatever they hold: NaN or inf in a padded key
+    or value changes no output (a select zeros them, never a multiply).
+    Padded *queries* are the caller's to zero, with a select as well (the
+    layers do), or a NaN in one reaches the gradients of every key.
 
     Paths: the plain path builds the full `(batch, heads, q_len, k_len)`
     weight matrix, so its memory grows with the square of the sequence
@@ -669,24 +924,11 @@ def scaled_dot_product_attention(
     FlashAttention); its backward pass recomputes each block's weights from
     the saved log-sum-exp instead of storing them. Its memory grows linearly
     with the sequence length, in training too, and its results equal the
-    plain path's within float32 rounding (the tests allow 1e-5). The kernel picks:
-
-    - `return_scores=True` needs the full matrix: always the plain path.
-    - An explicit `chunk_size` takes the chunked path, also on JAX and
-      PyTorch where a fused kernel would otherwise be used.
-    - Otherwise the backend's fused kernel where allowed (see
-      `flash_attention`); else the chunked path, with blocks of
-      `AUTO_CHUNK_SIZE` (256) keys, when one float32 weight matrix
-      `(batch, heads, q_len, k_len)` would pass `AUTO_CHUNK_BYTES` (1 GiB)
-      or when `k_len >= AUTO_CHUNK_THRESHOLD` (4096; module constants);
-      else the plain path.
-
-    The chunked path needs static sequence lengths (Python ints, as in
-    eager mode or in a graph traced with known shapes; `jit_compile=True`
-    works). With an unknown length (a `None` dimension in a `tf.function`
-    signature) the kernel falls back to the plain path. It does not do
-    dropout: with `dropout > 0` and `training=True`, the automatic choice
-    keeps the plain path and an explicit `chunk_size` raises a `ValueError`.
+    plain path's within float32 rounding (the tests allow 1e-5). The fused
+    path is the backend's `keras.ops.dot_product_attention` (JAX, PyTorch).
+    Which one a call takes is decided by `plan_attention`, whose docstring
+    states the rules, against the memory budget (`memory_budget`,
+    `set_memory_budget`).
 
     Args:
         query: Query tensor, `(batch, q_len, heads, dim)` or
@@ -716,21 +958,18 @@ def scaled_dot_product_attention(
         seed: Optional integer or `keras.random.SeedGenerator` for the
             dropout. Layers pass their own `SeedGenerator`. Defaults to `None`.
         return_scores: Boolean. If True, also return the attention weights
-            (before dropout). This needs the full weight matrix, so it always
-            takes the plain path. Defaults to `False`.
-        flash_attention: Optional boolean. `None` lets the kernel call the
-            backend's fused kernel (`keras.ops.dot_product_attention` on the
-            JAX and PyTorch backends) when the options allow it; `False`
-            forbids it. `True` insists on it and passes `flash_attention=True`
-            on: it raises a `ValueError` where the fused kernel cannot be
-            used (on TensorFlow, which has none; with `return_scores`; with
-            `value_dim != dim`; with dropout while training, as Keras does),
-            and the backend raises where no flash kernel fits (on a CPU,
-            say). It cannot be combined with `chunk_size`. Defaults to
-            `None`.
+            (before dropout), which only the plain path has. Defaults to
+            `False`.
+        flash_attention: Optional boolean. `None` lets the kernel choose
+            (`plan_attention`); `False` forbids the backend's fused kernel;
+            `True` insists on it and passes `flash_attention=True` on: a
+            `ValueError` where the fused kernel cannot be used, and the
+            backend raises where no flash kernel fits (on a CPU, say). It
+            cannot be combined with `chunk_size`, nor with dropout while
+            training (as in Keras). Defaults to `None`.
         chunk_size: Optional positive integer, the number of keys per block
-            of the chunked path; asking for it takes that path (see above).
-            Defaults to `None` (the kernel chooses).
+            of the chunked path; asking for it takes that path (see
+            `plan_attention`). Defaults to `None` (the kernel chooses).
 
     Returns:
         The attention output, `(batch, q_len, heads, value_dim)` (3-D in,
@@ -785,19 +1024,37 @@ def scaled_dot_product_attention(
         spec = _SymbolicAttention(return_scores, squeezed)
         return spec.symbolic_call(query, key, value)
 
-    fused = not (training and dropout > 0.0) and _can_use_fused(
-        query, value, return_scores, flash_attention
-    )
-    chunk = _chunk_size_for(
-        chunk_size, batch, heads, q_len, k_len, return_scores, fused
-    )
-    if chunk_size is None and training and dropout > 0.0:
-        chunk = None  # The automatic choice keeps dropout: plain path.
+    if padding_mask is not None:
+        # Padding is ignored whatever it holds: a select (never a multiply,
+        # as 0 x NaN is NaN) zeros padded keys and values before any path
+        # sees them. Padded queries are the caller's (the layers zero their
+        # inputs and outputs the same way).
+        real = padding_mask[:, :, None, None]
+        key, value = (ops.where(real, t, ops.zeros((), t.dtype)) for t in (key, value))
+    options = {
+        "scale": scale,
+        "causal": causal,
+        "sliding_window": sliding_window,
+        "dropout": dropout,
+        "training": training,
+        "return_scores": return_scores,
+        "chunk_size": chunk_size,
+        "flash_attention": flash_attention,
+    }
+    plan = _plan(query, key, value, mask, padding_mask, options)
 
     scores = None
-    if chunk is not None:
+    if plan.path == "chunked":
         output = _chunked_attention(
-            query, key, value, mask, padding_mask, scale, causal, sliding_window, chunk
+            query,
+            key,
+            value,
+            mask=mask,
+            padding_mask=padding_mask,
+            scale=scale,
+            causal=causal,
+            sliding_window=sliding_window,
+            chunk_size=plan.chunk_size,
         )
     else:
         positional = _positional_mask(
@@ -805,7 +1062,7 @@ def scaled_dot_product_attention(
         )
         if positional is not None:
             mask = positional if mask is None else ops.logical_and(mask, positional)
-        if fused:
+        if plan.path == "fused":
             if padding_mask is not None:
                 keys = padding_mask[:, None, None, :]
                 mask = keys if mask is None else ops.logical_and(mask, keys)
@@ -815,21 +1072,21 @@ def scaled_dot_product_attention(
             if mask is not None:
                 # Fused kernels average uniformly over a fully-masked row;
                 # the package's rule is zeros.
-                output = ops.multiply(
-                    output, ops.cast(_query_has_key(mask), output.dtype)
+                output = ops.where(
+                    _query_has_key(mask), output, ops.zeros((), output.dtype)
                 )
         else:
             output, scores = _plain_attention(
                 query,
                 key,
                 value,
-                mask,
-                padding_mask,
-                scale,
-                dropout,
-                training,
-                seed,
-                return_scores,
+                mask=mask,
+                padding_mask=padding_mask,
+                scale=scale,
+                dropout=dropout,
+                training=training,
+                seed=seed,
+                return_scores=return_scores,
             )
 
     if squeezed:

@@ -66,12 +66,19 @@ def chunked_calls(monkeypatch):
     calls = []
     original = _attention._chunked_attention
 
-    def spy(*args):
-        calls.append(args[-1])
-        return original(*args)
+    def spy(*args, **kwargs):
+        calls.append(kwargs["chunk_size"])
+        return original(*args, **kwargs)
 
     monkeypatch.setattr(_attention, "_chunked_attention", spy)
     return calls
+
+
+@pytest.fixture
+def memory_budget():
+    """Sets the kernel's memory budget for one test: `memory_budget(bytes)`."""
+    yield _attention.set_memory_budget
+    _attention.set_memory_budget(None)
 
 
 @pytest.fixture

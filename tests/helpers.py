@@ -189,3 +189,42 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+def assert_padding_ignored(attention: Callable, rng, **options) -> None:
+    """NaN and inf at padded keys, values and queries change nothing real.
+
+    `attention(q, k, v, padding_mask=..., **options)` is called on
+    (3, 5, 2, 4) self-attention inputs, sequence 0 all padding, and again with
+    NaN, inf and -inf at every padded position: the outputs at real queries,
+    the gradients of every input at real positions (all finite) and the
+    zero gradients at padded keys and values must not change.
+    """
+    q, k, v = (rng.normal(size=(3, 5, 2, 4)).astype("float32") for _ in "qkv")
+    padding_mask = np.arange(5)[None, :] < np.array([0, 2, 5])[:, None]
+    upstream = rng.normal(size=q.shape).astype("float32")
+    # A padded query is the caller's to zero: its own row, and what flows back.
+    upstream[~padding_mask] = 0.0
+
+    def fn(q, k, v):
+        out = attention(q, k, v, padding_mask=padding_mask, **options)
+        return out[0] if isinstance(out, tuple) else out
+
+    def poisoned(x):
+        x = x.copy()
+        x[~padding_mask] = rng.choice([np.nan, np.inf, -np.inf], x[~padding_mask].shape)
+        return x
+
+    want, want_grads = output_and_grads(fn, (q, k, v), upstream)
+    # Padded keys and values: nothing changes, and everything stays finite.
+    got, got_grads = output_and_grads(fn, (q, poisoned(k), poisoned(v)), upstream)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    for name, grad, reference in zip("qkv", got_grads, want_grads, strict=True):
+        assert np.all(np.isfinite(grad)), f"d{name} is not finite"
+        np.testing.assert_allclose(grad, reference, atol=1e-5)
+    np.testing.assert_array_equal(got_grads[1][~padding_mask], 0.0)
+    np.testing.assert_array_equal(got_grads[2][~padding_mask], 0.0)
+    # Padded queries as well: the real queries' outputs do not change.
+    got = to_numpy(fn(poisoned(q), poisoned(k), poisoned(v)))
+    np.testing.assert_allclose(got[padding_mask], want[padding_mask], atol=1e-6)

@@ -8,7 +8,7 @@ import pytest
 from keras import ops
 
 from keras_selfattn import scaled_dot_product_attention
-from tests.helpers import gradients, to_numpy
+from tests.helpers import assert_padding_ignored, gradients, to_numpy
 from tests.reference import reference_attention
 
 
@@ -240,6 +240,23 @@ def test_padding_mask_gradients_are_finite_and_zero_for_all_padding(rng):
     np.testing.assert_array_equal(d_q[0], 0.0)
     np.testing.assert_array_equal(d_k[1, 2:], 0.0)  # padded keys: no gradient
     np.testing.assert_array_equal(d_v[1, 2:], 0.0)
+
+
+# The plain and fused paths (the chunked path: tests/test_attention_chunked.py).
+_NAN_PADDING_PATHS = {
+    "default": dict(),  # fused on JAX and PyTorch, plain on TensorFlow
+    "plain": dict(flash_attention=False),
+    "plain-causal-window": dict(flash_attention=False, causal=True, sliding_window=2),
+    "default-causal": dict(causal=True),
+    "plain-scores": dict(flash_attention=False, return_scores=True),
+}
+
+
+@pytest.mark.parametrize(
+    "options", _NAN_PADDING_PATHS.values(), ids=_NAN_PADDING_PATHS.keys()
+)
+def test_nan_and_inf_padding_change_no_real_output_nor_gradient(rng, options):
+    assert_padding_ignored(scaled_dot_product_attention, rng, **options)
 
 
 @pytest.mark.backend_independent

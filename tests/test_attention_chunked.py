@@ -14,7 +14,7 @@ import pytest
 import keras_selfattn.attention as attention_module
 from keras_selfattn import MultiHeadAttention, SelfAttention
 from keras_selfattn import scaled_dot_product_attention as sdpa
-from tests.helpers import BACKEND, output_and_grads, to_numpy
+from tests.helpers import BACKEND, assert_padding_ignored, output_and_grads, to_numpy
 from tests.reference import reference_attention
 
 ATOL = 1e-5
@@ -190,44 +190,56 @@ def test_low_precision_inputs_stay_finite_with_huge_logits(rng, dtype):
     np.testing.assert_allclose(got, want, rtol=0, atol=tolerance * np.abs(want).max())
 
 
+@pytest.mark.parametrize(
+    "options",
+    [dict(chunk_size=2), dict(chunk_size=3, causal=True, sliding_window=2)],
+    ids=["chunk2", "chunk3-causal-window"],
+)
+def test_nan_and_inf_padding_change_no_real_output_nor_gradient(
+    rng, options, chunked_calls
+):
+    assert_padding_ignored(sdpa, rng, **options)
+    assert len(chunked_calls) == 3
+
+
 # ------------------------------------------------------------------ selection
 
 
-def test_automatic_choice_above_the_threshold(rng, monkeypatch, chunked_calls):
-    monkeypatch.setattr(attention_module, "AUTO_CHUNK_THRESHOLD", 16)
-    monkeypatch.setattr(attention_module, "AUTO_CHUNK_SIZE", 5)
-    short = _qkv(rng, q_len=15, k_len=15)
-    long = _qkv(rng, q_len=16, k_len=16)
-    sdpa(*short, flash_attention=False)
+def _footprint(shape):
+    """The plain (or fused) path's predicted training bytes for `shape`."""
+    batch, length, heads, _ = shape
+    per_element = attention_module.TRAINING_BYTES_PER_ELEMENT[BACKEND]
+    path = "fused" if BACKEND in ("jax", "torch") else "plain"
+    return batch * heads * length * length * per_element[path]
+
+
+def test_automatic_choice_beyond_the_memory_budget(rng, memory_budget, chunked_calls):
+    q, k, v = _qkv(rng)
+    memory_budget(_footprint(q.shape))
+    sdpa(q, k, v, flash_attention=False, causal=True)
     assert chunked_calls == []
-    out = sdpa(*long, flash_attention=False, causal=True)
-    assert chunked_calls == [5]
-    want = sdpa(*long, flash_attention=False, causal=True, chunk_size=10**6)
+    memory_budget(_footprint(q.shape) - 1)
+    out = sdpa(q, k, v, flash_attention=False, causal=True)
+    # No block of 13 keys fits either: the smallest block size (one block).
+    assert chunked_calls == [attention_module.CHUNK_SIZES[-1]]
+    want = sdpa(q, k, v, flash_attention=False, causal=True, chunk_size=13)
     np.testing.assert_allclose(to_numpy(out), to_numpy(want), atol=ATOL)
     # The full weight matrix, and dropout in training, take the plain path.
-    sdpa(*long, flash_attention=False, return_scores=True)
-    sdpa(*long, flash_attention=False, dropout=0.5, training=True, seed=1)
-    assert chunked_calls == [5, 10**6]
+    sdpa(q, k, v, flash_attention=False, return_scores=True)
+    sdpa(q, k, v, flash_attention=False, dropout=0.5, training=True, seed=1)
+    assert chunked_calls == [attention_module.CHUNK_SIZES[-1], 13]
 
 
-def test_automatic_choice_by_the_size_of_the_weight_matrix(
-    rng, monkeypatch, chunked_calls
+def test_automatic_choice_takes_fused_kernels_when_they_fit(
+    rng, memory_budget, chunked_calls
 ):
-    # (2, 3 heads, 13, 13) float32 weights: 4,056 bytes.
     q, k, v = _qkv(rng)
-    monkeypatch.setattr(attention_module, "AUTO_CHUNK_BYTES", 4056)
-    sdpa(q, k, v, flash_attention=False)
+    memory_budget(_footprint(q.shape))
+    sdpa(q, k, v)
     assert chunked_calls == []
-    monkeypatch.setattr(attention_module, "AUTO_CHUNK_BYTES", 4055)
-    sdpa(q, k, v, flash_attention=False)
-    assert chunked_calls == [attention_module.AUTO_CHUNK_SIZE]
-
-
-def test_automatic_choice_leaves_fused_kernels_alone(rng, monkeypatch, chunked_calls):
-    monkeypatch.setattr(attention_module, "AUTO_CHUNK_THRESHOLD", 16)
-    sdpa(*_qkv(rng, q_len=16, k_len=16))
-    expected = [] if BACKEND in ("jax", "torch") else [attention_module.AUTO_CHUNK_SIZE]
-    assert chunked_calls == expected
+    memory_budget(_footprint(q.shape) - 1)
+    sdpa(q, k, v)
+    assert chunked_calls == [attention_module.CHUNK_SIZES[-1]]
 
 
 def test_explicit_chunk_size_wins_over_fused_and_scores_use_plain(rng, chunked_calls):
@@ -371,7 +383,7 @@ _MEMORY_SCRIPT = textwrap.dedent(
     chunk_size = None if sys.argv[1] == "none" else int(sys.argv[1])
     length = int(sys.argv[2])
     # "none" means the plain path.
-    attention.AUTO_CHUNK_THRESHOLD = attention.AUTO_CHUNK_BYTES = 10**12
+    attention.set_memory_budget(10**15)
 
     def run(length):
         rng = np.random.default_rng(0)

@@ -26,13 +26,19 @@ def check_keras_mask(argument: str, mask, inputs) -> None:
 
 
 def zero_padded(outputs, query_mask):
-    """Zeros `outputs` (B, T, ...) where `query_mask` (B, T) is False."""
+    """Zeros `outputs` (B, T, ...) where `query_mask` (B, T) is False.
+
+    A select, not a multiply: a NaN or inf at a padded position becomes 0
+    (0 x NaN would be NaN), and no gradient reaches it. The layers apply it
+    to their inputs too, so what padding holds reaches neither the outputs
+    nor the gradients of the weights.
+    """
     if query_mask is None:
         return outputs
-    keep = ops.cast(query_mask, outputs.dtype)
+    keep = ops.cast(query_mask, "bool")
     for _ in range(len(outputs.shape) - len(keep.shape)):
         keep = ops.expand_dims(keep, -1)
-    return ops.multiply(outputs, keep)
+    return ops.where(keep, outputs, ops.zeros((), outputs.dtype))
 
 
 def zero_padded_scores(scores, query_mask):
@@ -43,8 +49,8 @@ def zero_padded_scores(scores, query_mask):
     """
     if query_mask is None or scores is None:
         return scores
-    keep = ops.cast(query_mask, scores.dtype)[:, None, :, None]
-    return ops.multiply(scores, keep)
+    keep = ops.cast(query_mask, "bool")[:, None, :, None]
+    return ops.where(keep, scores, ops.zeros((), scores.dtype))
 
 
 def clone_initializer(initializer: keras.initializers.Initializer):

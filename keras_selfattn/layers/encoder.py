@@ -219,6 +219,7 @@ class TransformerEncoder(keras.layers.Layer):
         check_rank("inputs", inputs.shape, 3, "(batch, seq, hidden_dim)")
         if mask is not None:
             check_keras_mask("mask", mask, inputs)
+        inputs = zero_padded(inputs, mask)  # Padding may hold NaN or inf.
         # Self-attention part.
         residual = inputs
         x = self.attention_norm(inputs) if self.normalize_first else inputs

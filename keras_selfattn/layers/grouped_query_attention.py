@@ -267,6 +267,10 @@ class GroupQueryAttention(KernelAttention, _Base):
         self._check_call_masks(query, value, key, query_mask, value_mask, key_mask)
         if attention_mask is not None:
             attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
+        # Padding may hold NaN or inf: zeroed (a select) before projecting.
+        padding = _combined(value_mask, key_mask)
+        query = zero_padded(query, query_mask)
+        key, value = zero_padded(key, padding), zero_padded(value, padding)
         gate = self._gate_dense(query) if self.use_gate else None
         projected_query = self._query_dense(query)
         projected_key = self._key_dense(key)
@@ -286,7 +290,7 @@ class GroupQueryAttention(KernelAttention, _Base):
                 training=training,
                 use_causal_mask=use_causal_mask,
                 return_attention_scores=return_attention_scores,
-                key_padding_mask=_combined(value_mask, key_mask),
+                key_padding_mask=padding,
             )
         else:
             # Keras's hook contract, for a subclass's `_compute_attention`:

@@ -321,6 +321,9 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
                 use_causal_mask=use_causal_mask,
             )
 
+        # Padding may hold NaN or inf: zeroed (a select) before projecting.
+        query = zero_padded(query, query_mask)
+        key, value = zero_padded(key, padding), zero_padded(value, padding)
         gate = self._gate_dense(query) if self._use_gate else None
         attention_output, scores = self._compute_attention(
             self._query_dense(query),
@@ -338,8 +341,8 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
             if query_mask is not None and scores is not None:
                 rank = len(query.shape) + 1  # projected: (B, *dims, heads, dim)
                 flat = _Flattening(rank, self._normalized_attention_axes(rank))
-                keep = flat.query_mask_for_scores(ops.cast(query_mask, scores.dtype))
-                scores = ops.multiply(scores, keep)
+                keep = flat.query_mask_for_scores(ops.cast(query_mask, "bool"))
+                scores = ops.where(keep, scores, ops.zeros((), scores.dtype))
             return output, scores
         return output
 

@@ -19,6 +19,7 @@ from keras_selfattn.layers._common import (
     check_keras_mask,
     set_weight_options,
     weight_options_config,
+    zero_padded,
 )
 
 
@@ -192,6 +193,7 @@ class AttentionPooling(keras.layers.Layer):
         check_rank("inputs", inputs.shape, 3, "(batch, seq, features)")
         if mask is not None:
             check_keras_mask("mask", mask, inputs)
+        inputs = zero_padded(inputs, mask)  # Padding may hold NaN or inf.
         features = inputs.shape[-1]
         key_dim = self._head_key_dim(features)
         batch_seq = ops.shape(inputs)[:2]

@@ -234,6 +234,7 @@ class SelfAttention(keras.layers.Layer):
         check_rank("inputs", inputs.shape, 3, "(batch, seq, features)")
         if mask is not None:
             check_keras_mask("mask", mask, inputs)
+        inputs = zero_padded(inputs, mask)  # Padding may hold NaN or inf.
         qkv = self._dense(inputs, self.qkv_kernel, self.qkv_bias)
         heads = ops.shape(qkv)[:2] + (self.num_heads, self.head_dim)
         query, key, value = (

@@ -15,7 +15,7 @@ import pytest
 
 import keras_selfattn
 from keras_selfattn.layers.grouped_query_attention import ON_THIS_KERAS
-from tests.helpers import BACKEND, for_this_keras, to_numpy
+from tests.helpers import BACKEND, for_this_keras, output_and_grads, to_numpy
 from tests.layers.contract import CASES, FEATURES, VOCAB
 
 SEQ = 6
@@ -272,16 +272,31 @@ def _with_keras_mask(case, layer):
     return keras.Model([x, mask], case.apply(layer, _KerasMask()([x, mask])))
 
 
-@feature_cases
-@pytest.mark.parametrize("given", ["as_argument", "as_keras_mask"])
-def test_padding_content_does_not_change_real_positions(case, given, rng):
-    # TokenAndPositionEmbedding is not a case: it makes the mask from the
-    # padding id, so its padded positions hold nothing else.
+# What padding holds: large finite values, or NaN and inf (a float16
+# overflow upstream, uninitialised padding), which only a select keeps out.
+_FILLS = ("large", "nan_inf")
+
+
+def _padded_features(rng, fill):
+    """(features, the same with other padding, padding mask)."""
     mask = _padded_tokens(rng) != 0
     mask[2, :2] = False  # padding first too, which causal queries see
     x = rng.normal(size=(*mask.shape, FEATURES)).astype("float32")
     other = x.copy()
-    other[~mask] = rng.normal(size=other[~mask].shape) * 100
+    if fill == "large":
+        other[~mask] = rng.normal(size=other[~mask].shape) * 100
+    else:
+        other[~mask] = rng.choice([np.nan, np.inf, -np.inf], other[~mask].shape)
+    return x, other, mask
+
+
+@feature_cases
+@pytest.mark.parametrize("fill", _FILLS)
+@pytest.mark.parametrize("given", ["as_argument", "as_keras_mask"])
+def test_padding_content_does_not_change_real_positions(case, given, fill, rng):
+    # TokenAndPositionEmbedding is not a case: it makes the mask from the
+    # padding id, so its padded positions hold nothing else.
+    x, other, mask = _padded_features(rng, fill)
     layer = case.make()
     if given == "as_argument":
         a = to_numpy(case.apply(layer, x, **_mask_kwargs(case, mask)))
@@ -291,7 +306,30 @@ def test_padding_content_does_not_change_real_positions(case, given, rng):
         a, b = to_numpy(model([x, mask])), to_numpy(model([other, mask]))
     real = slice(None) if case.pools else mask
     np.testing.assert_allclose(a[real], b[real], atol=1e-5)
-    assert not np.allclose(a, to_numpy(case.apply(layer, other)), atol=1e-3)
+    assert np.all(np.isfinite(b))
+    if not case.pools:
+        np.testing.assert_array_equal(b[~mask], 0.0)
+    if fill == "large":
+        assert not np.allclose(a, to_numpy(case.apply(layer, other)), atol=1e-3)
+
+
+@feature_cases
+def test_nan_and_inf_padding_leave_input_gradients_finite_and_unchanged(case, rng):
+    x, other, mask = _padded_features(rng, "nan_inf")
+    layer = case.make()
+    kwargs = _mask_kwargs(case, mask)
+    case.apply(layer, x, **kwargs)  # Builds the layer outside any trace.
+    upstream = rng.normal(size=to_numpy(case.apply(layer, x, **kwargs)).shape)
+    upstream = upstream.astype("float32")
+
+    def fn(inputs):
+        return case.apply(layer, inputs, **kwargs)
+
+    _, (want,) = output_and_grads(fn, (x,), upstream)
+    _, (got,) = output_and_grads(fn, (other,), upstream)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got[mask], want[mask], atol=1e-5)
+    np.testing.assert_array_equal(got[~mask], 0.0)
 
 
 @feature_cases

@@ -287,14 +287,15 @@ def test_layer_never_repeats_the_kv_heads(rng, chunk_size):
     assert _repeated_kv_shapes(_traced_shapes(lambda q, v: theirs(q, v), q, v))
 
 
-def test_long_sequences_take_the_chunked_path(monkeypatch, chunked_calls):
+def test_long_sequences_take_the_chunked_path(memory_budget, chunked_calls):
     import keras_selfattn.attention as attention
 
-    monkeypatch.setattr(attention, "AUTO_CHUNK_THRESHOLD", 16)
+    # One byte per element of the (1, 4 heads, 20, 20) weights: too few.
+    memory_budget(4 * 20 * 20)
     x = np.random.default_rng(0).normal(size=(1, 20, 8)).astype("float32")
     layer = GroupQueryAttention(**_HEADS, flash_attention=False)
     out = layer(x, x, use_causal_mask=True)
-    assert chunked_calls == [attention.AUTO_CHUNK_SIZE]
+    assert chunked_calls == [attention.CHUNK_SIZES[-1]]
     _, scores = layer(x, x, use_causal_mask=True, return_attention_scores=True)
     assert len(chunked_calls) == 1  # Scores need the plain path.
     assert tuple(scores.shape) == (1, 4, 20, 20)
