@@ -31,6 +31,7 @@ such; a child process that passes the limit anyway is stopped by a watchdog.
     python benchmarks/attention.py                # everything (long: ~1 h on 2 cores)
     python benchmarks/attention.py --quick        # a small check (~1 min)
     python benchmarks/attention.py --lengths 128,512 --no-search
+    python benchmarks/attention.py --sweep --lengths 512,1024,2048,4096,8192 --steps 3
 
 Timing thresholds never go into tests; this script is where speed is measured.
 """
@@ -243,22 +244,34 @@ def predicted_bytes(impl: str, batch: int, n: int, dim: int) -> float:
     """A rough peak-memory model, used only to skip what cannot fit.
 
     Linear part: activations, projections and their gradients (about 40
-    tensors of (batch, n, dim) float32). Quadratic part: Keras, and our
-    plain path below the kernel's threshold, keep about five
-    (batch, heads, n, n) float32 tensors when training (measured: 5.2 GB
-    RSS for Keras at batch 8, n = 2048); our chunked path keeps about six
-    blocks of (batch, heads, n, 256).
+    tensors of (batch, n, dim) float32). Quadratic part: Keras keeps about
+    five (batch, heads, n, n) float32 tensors when training (measured: 5.2 GB
+    RSS at batch 8, n = 2048); ours, the footprint of the path that
+    `plan_attention` chooses under the current memory budget (its measured
+    bytes per element).
     """
+    import keras
+
     from keras_selfattn import attention
 
     n = n * n if _IMAGE else n  # positions
     linear = 40 * batch * n * dim * 4
-    chunked = n >= attention.AUTO_CHUNK_THRESHOLD or (
-        batch * _HEADS * n * n * 4 > attention.AUTO_CHUNK_BYTES
-    )
-    if impl == "keras" or not chunked:
+    if impl == "keras":
         return linear + 5 * batch * _HEADS * n * n * 4
-    return linear + 6 * batch * _HEADS * n * attention.AUTO_CHUNK_SIZE * 4
+    plan = attention.plan_attention(
+        batch=batch,
+        heads=_HEADS,
+        q_len=n,
+        k_len=n,
+        dim=dim // _HEADS,
+        value_dim=dim // _HEADS,
+        backend=keras.backend.backend(),
+        memory_budget=attention.memory_budget(),
+    )
+    if plan.path != "chunked":
+        return linear + plan.footprint
+    block = batch * _HEADS * n * plan.chunk_size
+    return linear + block * attention.CHUNK_BYTES_PER_ELEMENT
 
 
 def _mem_available() -> float:
@@ -438,6 +451,70 @@ def run_benchmark(args) -> dict:
     return results
 
 
+def run_sweep(args) -> dict:
+    """Ours (`--sweep-impl`) against Keras by n at each `--sweep-batches`.
+
+    Per row (batch, n): `--sweep-repeats` fresh timing processes, each with
+    the two layers alternating for `--steps` steps (the row's time is the
+    median over repeats of each process's median), and one fresh memory
+    process per layer (peak RSS); Keras is reported as "did not fit" where
+    its predicted peak passes `--limit-gb`. Ratios are ours / Keras.
+    """
+    ours = args.sweep_impl
+    limit = args.limit_gb * GB
+    command = shlex.join(["python", "benchmarks/attention.py", *sys.argv[1:]])
+    print(f"# Attention sweep\n\nMachine: {_machine()}\n\nVersions: {_versions()}\n")
+    print(f"Command: `{command}`\n", flush=True)
+    rows = []
+    for batch in (int(b) for b in args.sweep_batches.split(",")):
+        for n in (int(n) for n in args.lengths.split(",")):
+            budget = min(limit, 0.8 * _mem_available())
+            fits = [
+                impl
+                for impl in (ours, "keras")
+                if predicted_bytes(impl, batch, n, args.dim) <= budget
+            ]
+            row = {"batch": batch, "n": n, "ms": {}, "peak_gb": {}}
+            medians = {impl: [] for impl in fits}
+            for _ in range(args.sweep_repeats if fits else 0):
+                result = _spawn(
+                    [
+                        "--child", "time", "--impls", ",".join(fits),
+                        "--batch", str(batch), "--n", str(n), "--dim", str(args.dim),
+                        "--steps", str(args.steps), "--limit-gb", str(budget / GB),
+                    ]
+                )  # fmt: skip
+                for impl, times in result.get("times_s", {}).items():
+                    medians[impl].append(statistics.median(times))
+            for impl in fits:
+                if medians[impl]:
+                    row["ms"][impl] = 1e3 * statistics.median(medians[impl])
+                peak = _spawn(
+                    [
+                        "--child", "memory", "--impls", impl, "--batch", str(batch),
+                        "--n", str(n), "--dim", str(args.dim), "--steps", "1",
+                        "--limit-gb", str(budget / GB),
+                    ]
+                )  # fmt: skip
+                if "peak_bytes" in peak:
+                    row["peak_gb"][impl] = peak["peak_bytes"] / GB
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    header = f"| batch | n | {IMPLS[ours]} ms | Keras ms | time ratio | memory ratio |"
+    lines = [header, "|---|---|---|---|---|---|"]
+    for row in rows:
+        ms, peaks = row["ms"], row["peak_gb"]
+        keras_ms = ms.get("keras")
+        lines.append(
+            f"| {row['batch']} | {row['n']} | {_fmt(ms.get(ours))} | "
+            f"{'did not fit' if keras_ms is None else _fmt(keras_ms)} | "
+            f"{_fmt(_ratio(ms.get(ours), keras_ms), '.2f')} | "
+            f"{_fmt(_ratio(peaks.get(ours), peaks.get('keras')), '.2f')} |"
+        )
+    print("\n" + "\n".join(lines))
+    return {"command": command, "rows": rows}
+
+
 def _shape_words(args) -> str:
     if args.image:
         return "inputs (batch, n, n, dim) images, attention over all n² positions"
@@ -582,6 +659,12 @@ def main(argv=None) -> int:
     parser.add_argument("--search-start", type=int, default=1024)
     parser.add_argument("--search-factor", type=float, default=2.0)
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--sweep", action="store_true", help="ours vs Keras by n and batch (issue 20)"
+    )
+    parser.add_argument("--sweep-batches", default="8,2")
+    parser.add_argument("--sweep-repeats", type=int, default=3)
+    parser.add_argument("--sweep-impl", default="mha", choices=["mha", "selfattention"])
     parser.add_argument("--child", choices=["matmul", "time", "memory"])
     parser.add_argument("--n", type=int)
     args = parser.parse_args(argv)
@@ -595,7 +678,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.lengths, args.steps = "128,256", 3
         args.search_max = min(args.search_max, 2048)
-    results = run_benchmark(args)
+    results = run_sweep(args) if args.sweep else run_benchmark(args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1, default=str)

@@ -586,17 +586,21 @@ def _query_has_key(mask):
 # eager. Measured figures in docs/performance.md ("Choosing the path").
 TRAINING_BYTES_PER_ELEMENT = {
     "tensorflow": {"plain": 13, "fused": 13},
-    "jax": {"plain": 21, "fused": 21},
+    "jax": {"plain": 17, "fused": 17},
     "torch": {"plain": 13, "fused": 13},
 }
 # Any other backend (no gradient machinery measured): the largest above.
-_DEFAULT_BYTES_PER_ELEMENT = 21
+_DEFAULT_BYTES_PER_ELEMENT = 17
 
-# The block sizes of the automatic chunked path, fastest first (fwd+bwd
-# under tf.function, `python benchmarks/footprint.py speed`), and the
-# chunked path's training memory per element of one (batch, heads, q_len,
-# block) block of weights (`python benchmarks/footprint.py blocks`: the
-# slope between blocks of 128 and 1024 keys at n = 4096, 7.5, rounded up).
+# The block sizes of the automatic chunked path, fastest first: on a quiet
+# 2-core CPU (TensorFlow, fwd+bwd under tf.function, n = 8192, batch 1, dim
+# 512, 8 heads; docs/performance.md) blocks of 512 keys took 1.09x Keras's
+# step time, 1024 1.08x (for twice the memory) and 256 1.13x; at n = 2048
+# 512 was 5% faster than 256. (`python benchmarks/footprint.py speed` on a
+# busy machine, load 11, found the opposite, 64 fastest: to be rerun quiet.)
+# And the chunked path's training memory per element of one (batch, heads,
+# q_len, block) block of weights (`python benchmarks/footprint.py blocks`:
+# the slope between blocks of 128 and 1024 keys at n = 4096, 7.5, rounded up).
 CHUNK_SIZES = (512, 256, 128)
 CHUNK_BYTES_PER_ELEMENT = 8
 
@@ -748,10 +752,11 @@ def plan_attention(
     1. Flash attention insisted on (`flash_attention=True`): the fused
        kernel, or a `ValueError` where it cannot be honoured (a backend
        without one: TensorFlow; `return_scores`; `value_dim != dim`).
-    2. The plain path where nothing can be cut into blocks or only the full
-       matrix will do: `return_scores=True` (it returns that matrix), an
-       empty or unknown (`None`, as in a graph traced for any length)
-       `q_len` or `k_len`.
+    2. The plain path where only the full matrix will do:
+       `return_scores=True` (it returns that matrix). The plain path, or
+       the fused kernel where it may be used (as in rule 5), where nothing
+       can be cut into blocks: an empty or unknown (`None`, as in a graph
+       traced for any length) `q_len` or `k_len`.
     3. An explicit `chunk_size`: the chunked path with that block size (also
        where a fused kernel exists; dropout in training with it is an error).
     4. Dropout in training (`dropout > 0`, the rate in effect): the plain
@@ -814,15 +819,16 @@ def plan_attention(
                 f"return_scores={return_scores}"
             )
         return AttentionPlan("fused")
-    static = q_len is not None and k_len is not None
-    if return_scores or not static or q_len == 0 or k_len == 0:
+    fused = flash_attention is None and refusal is None and dropout == 0.0
+    path = "fused" if fused else "plain"
+    if return_scores:
         return AttentionPlan("plain")
+    if q_len is None or k_len is None or q_len == 0 or k_len == 0:
+        return AttentionPlan(path)
     if chunk_size is not None:
         return AttentionPlan("chunked", chunk_size)
     if dropout > 0.0:
         return AttentionPlan("plain")
-    fused = flash_attention is None and refusal is None
-    path = "fused" if fused else "plain"
     per_element = TRAINING_BYTES_PER_ELEMENT.get(backend, {}).get(
         path, _DEFAULT_BYTES_PER_ELEMENT
     )

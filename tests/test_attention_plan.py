@@ -71,6 +71,13 @@ CASES = {
         ("chunked", _FASTEST),
     ),
     "unknown-length-plain": (dict(k_len=None), "tensorflow", 1, ("plain", None)),
+    "unknown-length-fused": (dict(q_len=None), "jax", 1, ("fused", None)),
+    "unknown-length-dropout-plain": (
+        dict(q_len=None, dropout=0.1),
+        "torch",
+        1,
+        ("plain", None),
+    ),
     "empty-keys-plain": (dict(k_len=0), "tensorflow", 1, ("plain", None)),
     "return-scores-plain": (dict(return_scores=True), "tensorflow", 1, ("plain", None)),
     "scores-beat-chunk-size": (
