@@ -22,6 +22,7 @@ attention.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import keras
@@ -113,16 +114,36 @@ def xla_fused(fn):
 
     On TensorFlow each op of a block's softmax math (where, max, subtract,
     exp, sum) would be its own pass over the (batch, heads, q_len, chunk)
-    block; compiled with XLA (`jit_compile=True`) the chain runs as one or
-    two loops, which makes the chunked path about 10% faster on CPU. JAX
-    fuses by itself under `jit`; PyTorch runs `fn` as it is.
+    block; compiled with XLA the chain runs as one or two loops, which makes
+    the chunked path about 10% faster on CPU. JAX fuses by itself under
+    `jit`; PyTorch runs `fn` as it is.
+
+    In a graph (a `tf.function`, which is how Keras trains, predicts and
+    exports) the ops are built in place, inside a
+    `tf.xla.experimental.jit_scope`: they carry an attribute that asks
+    TensorFlow to compile them as one XLA cluster, and stay ordinary ops
+    that every exporter reads. A nested `tf.function(jit_compile=True)`
+    would fuse the same way but stays a function call in the graph, which
+    tf2onnx (behind `model.export(format="onnx")`) cannot convert: its
+    ONNX file fails to load (`INVALID_GRAPH`, "No Op registered for
+    PartitionedCall"). Eagerly, where no graph exists to annotate, `fn`
+    runs as such a compiled `tf.function`.
     """
     if keras.backend.backend() != "tensorflow":
         return fn
     if fn not in _FUSED_CACHE:
         import tensorflow as tf
 
-        _FUSED_CACHE[fn] = tf.function(fn, jit_compile=True, reduce_retracing=True)
+        compiled = tf.function(fn, jit_compile=True, reduce_retracing=True)
+
+        @functools.wraps(fn)
+        def fused(*args):
+            if tf.executing_eagerly():
+                return compiled(*args)
+            with tf.xla.experimental.jit_scope(separate_compiled_gradients=False):
+                return fn(*args)
+
+        _FUSED_CACHE[fn] = fused
     return _FUSED_CACHE[fn]
 
 

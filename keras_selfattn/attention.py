@@ -351,6 +351,18 @@ def _online_softmax_block(s, bias, keep, running_max, running_sum):
     return p, new_max, correction, running_sum
 
 
+def _block_logits(q, k_block):
+    """Q·Kᵀ of one key block: (B, Hkv, G, Tq, D) x (B, Hkv, size, D) ->
+    (B, Hkv, G, Tq, size), the kv heads broadcast over their groups.
+
+    A `matmul`, where an `einsum` would compute the same: the forward
+    loop is what `model.export(format="onnx")` converts, and tf2onnx's
+    einsum optimizer tries every order of an einsum's six letters (20 s
+    per layer on 2 CPU cores), a `MatMul` it takes as it is.
+    """
+    return ops.matmul(q, ops.swapaxes(ops.expand_dims(k_block, 2), -1, -2))
+
+
 def _block_weights(s, bias, keep, lse):
     """The softmax weights of one key block, recomputed from the log-sum-exp."""
     return ops.exp(ops.subtract(_mask_block(s, bias, keep), lse))
@@ -476,12 +488,12 @@ def _chunked_attention(
         def step(carry, x):
             running_max, running_sum, acc = carry
             k_block, v_block, block, bias, mask_block = unpack(x)
-            s = ops.einsum("bhgqd,bhkd->bhgqk", q, k_block)
+            s = _block_logits(q, k_block)
             keep = allowed(block, mask_block)
             p, new_max, correction, running_sum = _backend.xla_fused(
                 _online_softmax_block
             )(s, bias, keep, running_max, running_sum)
-            pv = ops.einsum("bhgqk,bhkd->bhgqd", p, v_block)
+            pv = ops.matmul(p, ops.expand_dims(v_block, 2))
             acc = ops.add(ops.multiply(acc, correction), pv)
             return (new_max, running_sum, acc), ()
 

@@ -1,0 +1,153 @@
+"""`model.export`: models with our layers, on every path, run outside Keras.
+
+One tiny model holds `SelfAttention` and `MultiHeadAttention` on the plain
+path and on the chunked path (`chunk_size=4` over 10 tokens: three blocks, the
+last one padded), each with and without a padding mask. It is exported once
+per format and run where the format runs (onnxruntime, the LiteRT
+interpreter, TensorFlow's SavedModel loader); every output must equal Keras's
+within 1e-5.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.tensorflow_only
+
+import keras  # noqa: E402
+
+from keras_selfattn import MultiHeadAttention, SelfAttention  # noqa: E402
+from tests.helpers import assert_close, needs_keras  # noqa: E402
+
+SEQ, VOCAB, WIDTH, CHUNK = 10, 12, 8, 4
+LAYERS = ("SelfAttention", "MultiHeadAttention")
+PATHS = {"plain": None, "chunked": CHUNK}
+MASKS = ("masked", "unmasked")
+OUTPUTS = [(layer, path, mask) for layer in LAYERS for path in PATHS for mask in MASKS]
+IDS = ["-".join(case) for case in OUTPUTS]
+# The floor pass's Keras (3.7) exports `tf_saved_model` only.
+needs_onnx_export = needs_keras("3.8", 'model.export(format="onnx")')
+needs_litert_export = needs_keras("3.13", 'model.export(format="litert")')
+
+
+def _model() -> keras.Model:
+    """Token ids in; one output per (layer, path, mask) of `OUTPUTS`.
+
+    `masked`: `Embedding(mask_zero=True)`, so id 0 is padding (a Keras mask);
+    `unmasked`: the same ids embedded without a mask. `MultiHeadAttention`
+    is causal as well, so the chunked path's per-block position rule is
+    exported too.
+    """
+    ids = keras.Input((SEQ,), dtype="int32", name="ids")
+    embedded = {
+        mask: keras.layers.Embedding(VOCAB, WIDTH, mask_zero=mask == "masked")(ids)
+        for mask in MASKS
+    }
+    outputs = []
+    for layer, path, mask in OUTPUTS:
+        x = embedded[mask]
+        if layer == "SelfAttention":
+            attention = SelfAttention(WIDTH, num_heads=2, chunk_size=PATHS[path])
+            outputs.append(attention(x))
+        else:
+            attention = MultiHeadAttention(2, 4, chunk_size=PATHS[path])
+            outputs.append(attention(x, x, use_causal_mask=True))
+    return keras.Model(ids, outputs)
+
+
+def _ids() -> np.ndarray:
+    """Three sequences: no padding, 6 real tokens, and padding only."""
+    ids = np.random.default_rng(7).integers(1, VOCAB, size=(3, SEQ)).astype("int32")
+    ids[1, 6:] = 0
+    ids[2] = 0
+    return ids
+
+
+@pytest.fixture(scope="module")
+def model_and_expected():
+    keras.utils.set_random_seed(20)
+    model = _model()
+    ids = _ids()
+    expected = [np.asarray(y) for y in model.predict(ids, verbose=0)]
+    # The padded positions output zeros (the fully padded row included), so
+    # an exporter that broke masking could not match by accident.
+    for (_, _, mask), y in zip(OUTPUTS, expected, strict=True):
+        if mask == "masked":
+            assert not np.any(y[1, 6:]) and not np.any(y[2])
+            assert np.all(np.abs(y[:2, :6]).sum(-1) > 0)
+    return model, ids, expected
+
+
+@pytest.fixture(scope="module")
+def onnx_outputs(model_and_expected, tmp_path_factory):
+    import onnx
+    import onnxruntime as ort
+
+    model, ids, _ = model_and_expected
+    path = tmp_path_factory.mktemp("onnx") / "model.onnx"
+    model.export(str(path), format="onnx", verbose=False)
+    graph = onnx.load(str(path)).graph
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (feed,) = session.get_inputs()
+    return graph, session.run(None, {feed.name: ids})
+
+
+@needs_onnx_export
+def test_onnx_has_one_loop_per_chunked_layer(onnx_outputs):
+    # The chunked layers export their loop over key blocks as an ONNX Loop
+    # (and the plain ones none): the file is the long-sequence path itself,
+    # not a plain-path fallback.
+    graph, _ = onnx_outputs
+    loops = [node for node in graph.node if node.op_type == "Loop"]
+    chunked = sum(path == "chunked" for _, path, _ in OUTPUTS)
+    assert len(loops) == chunked
+
+
+@needs_onnx_export
+@pytest.mark.parametrize("index", range(len(OUTPUTS)), ids=IDS)
+def test_onnx_in_onnxruntime_matches_keras(model_and_expected, onnx_outputs, index):
+    _, _, expected = model_and_expected
+    _, outputs = onnx_outputs
+    assert_close(outputs[index], expected[index], atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def litert_outputs(model_and_expected, tmp_path_factory):
+    from ai_edge_litert import interpreter
+
+    model, ids, _ = model_and_expected
+    path = tmp_path_factory.mktemp("litert") / "model.tflite"
+    model.export(str(path), format="litert", verbose=False)
+    runner = interpreter.Interpreter(model_path=str(path)).get_signature_runner()
+    (name,) = runner.get_input_details()
+    outputs = runner(**{name: ids})
+    # The signature names the outputs `output_0`, `output_1`, ...
+    return [outputs[f"output_{i}"] for i in range(len(outputs))]
+
+
+@needs_litert_export
+@pytest.mark.parametrize("index", range(len(OUTPUTS)), ids=IDS)
+def test_litert_in_the_litert_interpreter_matches_keras(
+    model_and_expected, litert_outputs, index
+):
+    _, _, expected = model_and_expected
+    assert len(litert_outputs) == len(expected)
+    assert_close(litert_outputs[index], expected[index], atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def saved_model_outputs(model_and_expected, tmp_path_factory):
+    import tensorflow as tf
+
+    model, ids, _ = model_and_expected
+    path = tmp_path_factory.mktemp("saved_model") / "model"
+    model.export(str(path), format="tf_saved_model", verbose=False)
+    loaded = tf.saved_model.load(str(path))  # kept: it owns the variables
+    return loaded.serve(tf.constant(ids))
+
+
+@pytest.mark.parametrize("index", range(len(OUTPUTS)), ids=IDS)
+def test_tf_saved_model_matches_keras(model_and_expected, saved_model_outputs, index):
+    _, _, expected = model_and_expected
+    assert_close(saved_model_outputs[index], expected[index], atol=1e-5)
