@@ -118,6 +118,9 @@ class CachedMultiHeadAttention(MultiHeadAttention):
             # they would cover the new entries only, and are not read.
             self._check_call_masks(query, value, key, query_mask, value_mask, key_mask)
             padding = _combined(value_mask, key_mask)
+            # Padding may hold NaN or inf: zeroed (a select) before projecting.
+            query = zero_padded(query, query_mask)
+            key, value = zero_padded(key, padding), zero_padded(value, padding)
         else:
             query_mask = None
         query = self._query_dense(query)

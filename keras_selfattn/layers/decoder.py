@@ -389,6 +389,8 @@ class TransformerDecoder(keras.layers.Layer):
         )
         if padding is not None and self_attention_cache is None:
             check_keras_mask("decoder_padding_mask", padding, decoder_sequence)
+            # Padding may hold NaN or inf: zeroed (a select) up front.
+            decoder_sequence = zero_padded(decoder_sequence, padding)
         if use_causal_mask:
             length = ops.shape(decoder_sequence)[1]
             key_length = length
