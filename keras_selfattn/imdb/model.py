@@ -295,6 +295,14 @@ def naive_bayes_ratios(
     return np.log(p / p.sum()) - np.log(q / q.sum())
 
 
+def _centred(ratios: np.ndarray, presence: np.ndarray) -> np.ndarray:
+    """The ratios less their mean over the features' occurrences, so that a
+    text's score does not drift with its length: a one-line review and a
+    long one start from the same neutral point."""
+    mean = float(np.mean(ratios[presence[:, 1]])) if len(presence) else 0.0
+    return ratios - mean
+
+
 def _logistic_fit(z: np.ndarray, y: np.ndarray, steps: int = 25):
     """Scale `a` and bias `b` of the logistic regression of `y` on `z`."""
     a, b = 0.0, 0.0
@@ -332,10 +340,11 @@ def _start_ngrams(model: keras.Model, train_texts, train_labels) -> None:
         presence = presence[presence[:, 1] >= ngram.first_id]
         fold = half[presence[:, 0]]
         for k in (0, 1):
-            r = naive_bayes_ratios(presence[fold != k], labels, size)
+            r = _centred(naive_bayes_ratios(presence[fold != k], labels, size),
+                         presence[fold != k])  # fmt: skip
             other = presence[fold == k]
             scores += np.bincount(other[:, 0], r[other[:, 1]], n)
-        r = naive_bayes_ratios(presence, labels, size)
+        r = _centred(naive_bayes_ratios(presence, labels, size), presence)
         r[: ngram.first_id] = 0.0
         ratios.append(r)
     scale, bias = _logistic_fit(scores, labels)

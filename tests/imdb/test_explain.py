@@ -93,9 +93,7 @@ def test_token_scores_point_towards_the_predicted_class():
     e.probability = 0.2
     np.testing.assert_allclose(explain.token_scores(e, "shares"), -e.contributions)
     e.attributions = np.array([1.0, -2.0, 0.0, 0.5, 0.0, 3.0])
-    np.testing.assert_allclose(
-        explain.token_scores(e, "attributions"), -e.attributions
-    )
+    np.testing.assert_allclose(explain.token_scores(e, "attributions"), -e.attributions)
     with pytest.raises(ValueError, match="`kind`"):
         explain.token_scores(e, "gradients")
 
