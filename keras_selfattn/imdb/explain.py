@@ -444,19 +444,26 @@ def plot(
     path: str | Path,
     *,
     heads: bool = False,
+    view: str = "attributions",
     chars_per_line: int = 100,
     width: float = 12.0,
     dpi: int = 110,
 ) -> Path:
-    """Draws the review shaded by attention weight and saves it as a PNG.
+    """Draws the review shaded by attribution (or attention) and saves a PNG.
 
-    The top panel is the review as text, each token on a background whose
-    colour is anchored at uniform attention: white for a weight of at most
-    1/n (no more than average), full red from `SATURATION` (4) times 1/n
+    With `view="attributions"` (the default, when the explanation has
+    them) the review is shaded by each token's attribution: green towards
+    positive, purple towards negative, white at zero, full colour at the
+    review's largest |attribution|; the bars below show the attributions.
+    With `view="pooling"` (the second view) the top panel is the review
+    as text, each token on a background whose colour is anchored at
+    uniform attention: white for a weight of at most 1/n (no more than
+    average), full red from `SATURATION` (4) times 1/n
     on (`relative_weights`), so near-uniform weights stay near white; the
     title says so and gives the largest ratio.
-    For a review longer than `max_len`, "[…]" marks the skipped middle. The
-    panel below shows each token's signed share of the classifier's logit
+    For a review longer than `max_len`, "[…]" marks the skipped middle. In
+    the pooling view the panel below shows each token's signed share of the
+    classifier's logit
     (green: towards positive, purple: towards negative), the largest ones
     labelled. With `heads=True`, the last encoder block's per-head
     token-by-token maps follow. A 200-word review takes about 12 lines.
@@ -465,6 +472,8 @@ def plot(
         explanation: From `explain`.
         path: The PNG file to write.
         heads: Whether to add the per-head attention maps.
+        view: `"attributions"` or `"pooling"` (the pooling weights and
+            shares). Defaults to `"attributions"`.
         chars_per_line: Line width of the text panel, in characters.
         width: Figure width in inches.
         dpi: Resolution of the PNG.
@@ -475,11 +484,25 @@ def plot(
     import matplotlib
     from matplotlib.figure import Figure
 
+    check_one_of("view", view, ("attributions", "pooling"))
+    attributions = explanation.attributions
+    by_attribution = view == "attributions" and attributions is not None
     tokens, weights = explanation.tokens, explanation.weights
     lines = _wrap(tokens, chars_per_line, explanation.gap_after)
     ratios = relative_weights(weights)
     shade = token_shades(weights)
     cmap = matplotlib.colormaps["Reds"]
+    if by_attribution:
+        attributions = np.asarray(attributions, dtype="float64")
+        largest = float(np.abs(attributions).max()) if len(attributions) else 0.0
+        shade = np.abs(attributions) / largest if largest > 0 else 0 * attributions
+        green, purple = matplotlib.colormaps["Greens"], matplotlib.colormaps["Purples"]
+
+    def colour(i: int):
+        if by_attribution:
+            side = green if attributions[i] >= 0 else purple
+            return side(0.9 * float(shade[i]))
+        return cmap(0.9 * float(shade[i]))
 
     left, right = 0.07, 0.98
     # DejaVu Sans Mono advances 0.6 em per character.
@@ -511,8 +534,17 @@ def plot(
     ax.set_axis_off()
     ax.set_xlim(0, chars_per_line)
     ax.set_ylim(len(lines) + 0.3, -0.5)
+    if by_attribution:
+        title = (
+            f"Attribution per token: {label} (p = {explanation.probability:.3f}), "
+            f"{len(tokens)} tokens\ngreen: towards positive, purple: towards "
+            "negative; full colour: the largest |attribution| here, "
+            f"{largest:.3f} (integrated gradients + n-gram shares)"
+        )
     ax.set_title(
-        f"Attention-pooling weight per token: {label} "
+        title
+        if by_attribution
+        else f"Attention-pooling weight per token: {label} "
         f"(p = {explanation.probability:.3f}), {len(tokens)} tokens\n"
         f"white: at most the uniform weight 1/n = {1 / n:.4f}; full red: "
         f"{SATURATION:g}x 1/n or more; the largest here is "
@@ -544,7 +576,7 @@ def plot(
                 va="center",
                 color="white" if shade[i] > 0.6 else "black",
                 bbox={
-                    "facecolor": cmap(0.9 * float(shade[i])),
+                    "facecolor": colour(i),
                     "edgecolor": "none",
                     "pad": 0.6,
                 },
@@ -552,16 +584,19 @@ def plot(
             column += len(token) + 1
 
     bars = fig.add_subplot(grid[1])
-    shares = explanation.contributions
+    shares = attributions if by_attribution else explanation.contributions
     positions = np.arange(len(tokens))
     colors = np.where(shares >= 0, "#2ca02c", "#9467bd")
     bars.bar(positions, shares, width=1.0, color=colors)
     bars.axhline(0.0, color="gray", linewidth=0.8)
     bars.set_xlim(-0.5, n - 0.5)
     bars.set_xlabel("token position")
-    bars.set_ylabel("share of logit")
+    bars.set_ylabel("attribution" if by_attribution else "share of logit")
     bars.set_title(
-        "Each token's share of the classifier's logit (pooling weight x "
+        "Each token's attribution (how much it moved the logit): green pushes "
+        "towards positive, purple towards negative"
+        if by_attribution
+        else "Each token's share of the classifier's logit (pooling weight x "
         "vector . classifier): green pushes towards positive, purple towards "
         "negative",
         loc="left",
