@@ -20,13 +20,16 @@ ratio, with the machine, the versions and the exact command. With
 
 `--set NAME=VALUE` changes a `TrainConfig` field for the runs (to compare
 variants) and `--keep DIR` keeps their models. `--trust MODEL...` trains
-nothing: it reports, for each saved model, the held-out accuracy and expected
-calibration error (15 bins); the same on short inputs (each held-out review
-cut to its last sentence of at least 5 words, with the review's label) and on
-the 8,530 Rotten Tomatoes snippets of the bundled file (never used for
-training or tuning: an independent check); accuracy by length bucket; and the
-faithfulness of the explanations (ERASER's comprehensiveness and sufficiency
-on 500 held-out reviews, against deleting random tokens).
+only the baselines: for each saved model it prints ours, NB-LR
+(`benchmarks/baselines.py`; trained on the same 20,000 reviews, and once
+more with the Rotten Tomatoes training snippets) and VADER side by side:
+accuracy and expected calibration error (15 bins) on the 5,000 held-out
+reviews, on the Rotten Tomatoes test split (1,694 snippets, never trained or
+tuned on) and on the held-out reviews' last sentences (of at least 5 words,
+with the review's label); then the plausibility of the explanations against
+VADER's lexicon (`--explained` snippets per set) and their faithfulness
+(ERASER's comprehensiveness and sufficiency on `--faithfulness-reviews`
+held-out reviews, against deleting random tokens), each with its goal.
 
 Accuracy is never asserted in tests; this script is where it is measured.
 """
@@ -42,6 +45,8 @@ import tempfile
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# `from benchmarks.baselines import ...` from any working folder.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _overrides(pairs: list[str]) -> dict:
@@ -85,79 +90,114 @@ def run_one(name: str, attention: str, args, index: int) -> dict:
     return {"name": name, "accuracy": result.accuracy, "seconds": result.seconds}
 
 
-BUCKETS = ((0, 10), (11, 50), (51, 200), (201, 10**9))
+GOALS = {
+    "rt": 0.80,  # accuracy on the Rotten Tomatoes test split
+    "last": 0.80,  # accuracy on the held-out reviews' last sentences
+    "ece_imdb": 0.02,
+    "ece_rt": 0.05,
+    "plausibility_ratio": 3.0,
+    "sign_agreement": 0.90,
+}
 
 
-def _bucket_name(low: int, high: int) -> str:
-    return (
-        f"<= {high}"
-        if low == 0
-        else f"> {low - 1}"
-        if high > 10**8
-        else (f"{low}-{high}")
-    )
+def trust_report(path: str, faithfulness_reviews: int, explained: int = 300) -> None:
+    """Prints ours, NB-LR and VADER side by side: accuracy and calibration on
+    the held-out reviews, the Rotten Tomatoes test split and the last
+    sentences; then the plausibility and faithfulness of the explanations."""
+    import time
 
-
-def trust_report(path: str, faithfulness_reviews: int) -> None:
-    """Prints accuracy, calibration, short inputs and faithfulness of a model."""
     import numpy as np
 
+    from benchmarks.baselines import (
+        NbLr,
+        plausibility,
+        vader_lexicon,
+        vader_probabilities,
+    )
     from keras_selfattn.imdb import calibration, data, explain
     from keras_selfattn.imdb.model import load, predict
-    from keras_selfattn.text import standardize
 
     model = load(path)
     dataset = data.load_bundled()
     test_texts, test_labels = dataset.test_texts, np.asarray(dataset.test_labels)
     last = [data.last_sentence(t) for t in test_texts]
-    rt_texts, rt_labels = data.load_rotten_tomatoes()
+    rt_texts, rt_labels = data.load_rotten_tomatoes("test")
+    rt_train, rt_train_labels = data.load_rotten_tomatoes("train")
     print(f"\n=== trust report: {path} ===")
     print("command: " + shlex.join([sys.executable, *sys.argv]))
-    rows = {}
-    for name, texts, labels in (
-        ("held-out reviews (5,000)", test_texts, test_labels),
-        ("their last sentences (>= 5 words)", last, test_labels),
-        ("Rotten Tomatoes snippets (8,530)", rt_texts, rt_labels),
-    ):
-        p = predict(model, texts)
-        correct = (p > 0.5) == (np.asarray(labels) == 1)
-        ece = calibration.expected_calibration_error(p, labels)
-        lengths = np.array(
-            [len(t.split()) for t in standardize(np.array(texts, dtype=object))
-             .numpy().astype(str)]
-        )  # fmt: skip
-        rows[name] = (correct, ece, lengths, p)
-        confident = np.mean(np.maximum(p, 1 - p) > 0.99)
-        print(f"| {name} | accuracy {correct.mean():.4f} | ECE {ece:.4f} | "
-              f"share with confidence > 0.99: {confident:.3f} |")  # fmt: skip
-    print("\naccuracy by length (tokens), held-out reviews and last sentences:")
-    print("| tokens | reviews (n) | accuracy |\n|---|---|---|")
-    for low, high in BUCKETS:
-        parts = [rows[n] for n in list(rows)[:2]]
-        correct = np.concatenate(
-            [c[(lens >= low) & (lens <= high)] for c, _, lens, _ in parts]
-        )
-        accuracy = f"{correct.mean():.4f}" if len(correct) else "—"
-        print(f"| {_bucket_name(low, high)} | {len(correct)} | {accuracy} |")
-    sample = [explain.explain(model, t) for t in test_texts[:200]]
-    peaks = [explain.relative_weights(e.weights).max() for e in sample]
-    entropy = [
-        -np.sum(e.weights * np.log(np.maximum(e.weights, 1e-30)))
-        / np.log(len(e.weights))
-        for e in sample
-        if len(e.weights) > 1
-    ]
-    print(
-        "\npooling weights on 200 held-out reviews: the largest is "
-        f"{np.median(peaks):.2f}x uniform (median; 90th percentile "
-        f"{np.percentile(peaks, 90):.2f}x); entropy / log n = "
-        f"{np.median(entropy):.3f} (median; 1 = uniform)"
+    sets = (
+        ("held-out IMDB reviews (5,000)", test_texts, test_labels),
+        ("Rotten Tomatoes test split (1,694)", rt_texts, rt_labels),
+        ("held-out last sentences (5,000)", last, test_labels),
     )
+    started = time.perf_counter()
+    nblr = NbLr().fit(dataset.train_texts, dataset.train_labels)
+    nblr_seconds = time.perf_counter() - started
+    nblr_rt = NbLr().fit(
+        dataset.train_texts + [data.clean(t) for t in rt_train],
+        np.concatenate([dataset.train_labels, rt_train_labels]),
+    )
+    arms = (
+        ("ours", lambda texts: predict(model, texts)),
+        (f"NB-LR (20,000 IMDB; fit {nblr_seconds:.0f} s)", nblr.predict_proba),
+        ("NB-LR (+ 6,836 RT train)", nblr_rt.predict_proba),
+        ("VADER (no training)", vader_probabilities),
+    )
+    print("\n| model | " + " | ".join(f"{n} acc / ECE" for n, _, _ in sets) + " |")
+    print("|---|---|---|---|")
+    results = {}
+    for name, probabilities in arms:
+        cells = []
+        for set_name, texts, labels in sets:
+            p = probabilities(list(texts))
+            accuracy = float(np.mean((p > 0.5) == (labels == 1)))
+            ece = calibration.expected_calibration_error(p, labels)
+            results[name, set_name] = accuracy
+            cells.append(f"{accuracy:.4f} / {ece:.4f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print(
+        f"goals: ours >= NB-LR (20,000 IMDB) on the held-out reviews, ECE <= "
+        f"{GOALS['ece_imdb']}; Rotten Tomatoes test >= {GOALS['rt']}, ECE <= "
+        f"{GOALS['ece_rt']}; last sentences >= {GOALS['last']}"
+    )
+
+    lexicon = vader_lexicon()
+    rng = np.random.default_rng(0)
+    picked = rng.choice(len(rt_texts), min(explained, len(rt_texts)), replace=False)
+    snippets = {
+        "Rotten Tomatoes test snippets": [rt_texts[i] for i in picked],
+        "held-out last sentences": last[: min(explained, len(last))],
+    }
+    print(
+        "\nplausibility against the VADER lexicon (top token by |attribution| "
+        "a lexicon word, vs a random token; sign agreement of the top-3 lexicon "
+        f"tokens; goals: ratio >= {GOALS['plausibility_ratio']}x, agreement >= "
+        f"{GOALS['sign_agreement']}):"
+    )
+    print("| texts | explanation | n | top | random | ratio | sign agreement |")
+    print("|---|---|---|---|---|---|---|")
+    for name, texts in snippets.items():
+        explanations = [explain.explain(model, t) for t in texts]
+        for kind, values in (
+            ("attributions", [e.attributions for e in explanations]),
+            ("pooling shares", [e.contributions for e in explanations]),
+        ):
+            m = plausibility(
+                [(e.tokens, v) for e, v in zip(explanations, values, strict=True)],
+                lexicon,
+            )
+            print(
+                f"| {name} | {kind} | {m['texts']} | {m['top']:.3f} | "
+                f"{m['random']:.3f} | {m['ratio']:.2f}x | "
+                f"{m['sign_agreement']:.3f} ({m['signed']}) |"
+            )
     if faithfulness_reviews:
         texts = test_texts[:faithfulness_reviews]
         result = explain.faithfulness(model, list(texts))
         print(f"\nfaithfulness on {len(texts)} held-out reviews (drop in the "
-              "predicted class's probability):")  # fmt: skip
+              "predicted class's probability; goal: attributions at least as "
+              "good as the pooling shares: comprehensiveness higher, "
+              "sufficiency lower):")  # fmt: skip
         print("| explanation | k | comprehensiveness | sufficiency |")
         print("|---|---|---|---|")
         for kind, by_k in result.items():
@@ -176,10 +216,16 @@ def main(argv=None) -> int:
     parser.add_argument("--keep", metavar="DIR", help="keep the trained models here")
     parser.add_argument("--trust", nargs="+", metavar="MODEL")
     parser.add_argument("--faithfulness-reviews", type=int, default=500)
+    parser.add_argument(
+        "--explained",
+        type=int,
+        default=300,
+        help="snippets per set for the plausibility figures",
+    )
     args = parser.parse_args(argv)
     if args.trust:
         for path in args.trust:
-            trust_report(path, args.faithfulness_reviews)
+            trust_report(path, args.faithfulness_reviews, args.explained)
         return 0
 
     import keras

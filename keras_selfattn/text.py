@@ -1,9 +1,10 @@
-"""Text pieces for models that read raw text: standardization, clipping, bigrams.
+"""Text pieces for models that read raw text: standardization, clipping, n-grams.
 
 Saved models (the IMDB demo's among them) refer to these by their registered
 names (`keras_selfattn>standardize`, `keras_selfattn>ClipSequence`,
-`keras_selfattn>BigramEmbedding`). `import keras_selfattn` imports this
-module, so such a model loads in a fresh process without `custom_objects`.
+`keras_selfattn>BigramEmbedding`, `keras_selfattn>NgramLogit`).
+`import keras_selfattn` imports this module, so such a model loads in a
+fresh process without `custom_objects`.
 It imports nothing heavier than Keras; TensorFlow is imported when a text is
 standardized (`TextVectorization` runs on TensorFlow whatever the backend).
 """
@@ -208,4 +209,121 @@ class BigramEmbedding(keras.layers.Layer):
         }
 
 
-__all__ = ["BREAK_TAG", "BigramEmbedding", "ClipSequence", "standardize"]
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+class NgramLogit(keras.layers.Layer):
+    """A linear score of the distinct n-grams of each text, `(batch, 1)`.
+
+    A bag of binarized n-grams, as in NB-SVM (Wang & Manning, 2012): each
+    id of each vocabulary has one weight, and a text scores the sum of the
+    weights of the distinct ids it holds, each counted once however often
+    it occurs. Ids below `first_id` (padding 0 and the out-of-vocabulary
+    id 1 of `TextVectorization`) count for nothing, so padding never
+    matters. Several id tensors (unigrams, bigrams, ...) each index their
+    own vocabulary; their weights sit one after the other in `kernel`.
+
+    Args:
+        vocabulary_sizes: Positive integers, the size of each vocabulary,
+            in the order of the id tensors of the call.
+        first_id: Non-negative integer, the lowest id that counts.
+            Defaults to `2`.
+        kernel_initializer: Initializer of the weights `(sum of sizes,)`.
+            Defaults to `"zeros"`.
+        **kwargs: Base layer arguments, such as `name`.
+
+    Call arguments:
+        inputs: A list of integer tensors `(batch, seq_i)`, one per
+            vocabulary, padded with 0 (any length, any padding).
+
+    Returns:
+        Tensor `(batch, 1)`: the sum of the weights of each text's distinct
+        ids.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = NgramLogit([5, 3], kernel_initializer="ones")
+    >>> unigrams = np.array([[2, 2, 3, 1, 0]])  # 2 twice, OOV, padding
+    >>> bigrams = np.array([[2, 0, 0, 0]])
+    >>> float(keras.ops.convert_to_numpy(layer([unigrams, bigrams]))[0, 0])
+    3.0
+    """
+
+    def __init__(
+        self,
+        vocabulary_sizes,
+        first_id: int = 2,
+        kernel_initializer="zeros",
+        **kwargs,
+    ):
+        listed = isinstance(vocabulary_sizes, (list, tuple))
+        sizes = list(vocabulary_sizes) if listed else None
+        if not sizes:
+            raise ValueError(
+                "Received an invalid value for argument `vocabulary_sizes`, "
+                "expected a non-empty list of positive integers. Received: "
+                f"vocabulary_sizes={vocabulary_sizes!r}"
+            )
+        for size in sizes:
+            check_positive_int("vocabulary_sizes", size)
+        if isinstance(first_id, bool) or not isinstance(first_id, int) or first_id < 0:
+            raise ValueError(
+                "Received an invalid value for argument `first_id`, expected a "
+                f"non-negative integer. Received: first_id={first_id!r}"
+            )
+        super().__init__(**kwargs)
+        self.vocabulary_sizes = sizes
+        self.first_id = first_id
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+    def build(self, input_shape=None):
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(sum(self.vocabulary_sizes),),
+            initializer=self.kernel_initializer,
+        )
+
+    def call(self, inputs):
+        from keras import ops
+
+        inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        if len(inputs) != len(self.vocabulary_sizes):
+            raise ValueError(
+                "Received an invalid value for argument `inputs`, expected "
+                f"{len(self.vocabulary_sizes)} id tensors (one per vocabulary). "
+                f"Received: {len(inputs)} tensors"
+            )
+        total, offset = None, 0
+        for ids, size in zip(inputs, self.vocabulary_sizes, strict=True):
+            check_rank("inputs", ids.shape, 2, "(batch, seq) of ids")
+            ids = ops.sort(ops.cast(ids, "int32"), axis=-1)
+            # After sorting, an id is new where it differs from its left one.
+            left = ops.pad(ids, [[0, 0], [1, 0]], constant_values=-1)[:, :-1]
+            counts = ops.logical_and(ops.not_equal(ids, left), ids >= self.first_id)
+            counts = ops.logical_and(counts, ids < size)
+            index = ops.where(counts, ids + offset, 0)
+            weights = ops.take(ops.convert_to_tensor(self.kernel), index)
+            part = ops.sum(ops.where(counts, weights, 0.0), axis=1, keepdims=True)
+            total = part if total is None else total + part
+            offset += size
+        return ops.cast(total, self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        shapes = input_shape if isinstance(input_shape, list) else [input_shape]
+        return (shapes[0][0], 1)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "vocabulary_sizes": list(self.vocabulary_sizes),
+            "first_id": self.first_id,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        }
+
+
+__all__ = [
+    "BREAK_TAG",
+    "BigramEmbedding",
+    "ClipSequence",
+    "NgramLogit",
+    "standardize",
+]

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_selfattn.text import BigramEmbedding, ClipSequence, standardize
+from keras_selfattn.text import BigramEmbedding, ClipSequence, NgramLogit, standardize
 
 
 @pytest.mark.tensorflow_only  # tf.strings
@@ -56,3 +56,32 @@ def test_bigram_embedding_of_a_text_with_no_token():
     empty = np.zeros((1, 0, 3), "float32")
     out = layer(empty, np.zeros((1, 0), "int32"), mask=np.zeros((1, 0), bool))
     assert tuple(out.shape) == (1, 0, 3)
+
+
+def test_ngram_logit_counts_each_distinct_id_once():
+    layer = NgramLogit([6, 4], kernel_initializer="ones")
+    layer.build()
+    layer.kernel.assign(np.array([9, 9, 1, 2, 4, 8, 9, 9, 16, 32], dtype="float32"))
+    unigrams = np.array([[2, 3, 3, 5, 1, 0], [0, 0, 0, 0, 0, 0]])  # 1: OOV
+    bigrams = np.array([[2, 2, 3, 0, 0], [3, 0, 0, 0, 0]])
+    out = keras.ops.convert_to_numpy(layer([unigrams, bigrams]))
+    # Row 0: ids 2, 3, 5 (1 + 2 + 8) and pairs 2, 3 (16 + 32); row 1: pair 3.
+    np.testing.assert_allclose(out, [[59.0], [32.0]])
+    # Any padding, any order: the same bag.
+    padded = np.pad(unigrams[:, ::-1], [[0, 0], [0, 3]])
+    again = keras.ops.convert_to_numpy(layer([padded, bigrams]))
+    np.testing.assert_allclose(again, out)
+
+
+def test_ngram_logit_config_and_checks():
+    layer = NgramLogit([5, 7], first_id=1, name="n")
+    again = NgramLogit.from_config(layer.get_config())
+    assert again.vocabulary_sizes == [5, 7] and again.first_id == 1
+    with pytest.raises(ValueError, match="`vocabulary_sizes`"):
+        NgramLogit([])
+    with pytest.raises(ValueError, match="`vocabulary_sizes`"):
+        NgramLogit([4, 0])
+    with pytest.raises(ValueError, match="`first_id`"):
+        NgramLogit([4], first_id=-1)
+    with pytest.raises(ValueError, match="2 id tensors"):
+        NgramLogit([4, 4])([np.zeros((1, 3), "int32")])

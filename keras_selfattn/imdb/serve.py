@@ -240,8 +240,9 @@ class Token(BaseModel):
     """One token as the model read it."""
 
     token: str
+    attribution: float  # how much it moved the logit (> 0: towards positive)
     weight: float  # its pooling weight (the weights of a review sum to 1)
-    share: float  # its signed share of the logit (> 0: towards positive)
+    share: float  # its signed pooling share of the attention branch's logit
 
 
 class ExplainResponse(BaseModel):
@@ -250,7 +251,10 @@ class ExplainResponse(BaseModel):
     label: str
     probability: float
     tokens: list[Token]
-    bias: float  # the classifier's bias: logit = sum of the shares + bias
+    bias: float  # the classifier's bias: logit = shares + ngram_share + bias
+    baseline: float  # logit = attributions + baseline + rest (integrated gradients)
+    rest: float  # the n-gram branch's share of the words the clip skipped
+    ngram_share: float  # the n-gram branch's term of the logit (0: none)
     gap_after: int | None  # a long review's middle is skipped after this token
 
 
@@ -410,12 +414,24 @@ def create_app(model) -> FastAPI:
             label=label_of(result.probability),
             probability=result.probability,
             tokens=[
-                Token(token=token, weight=float(weight), share=float(share))
-                for token, weight, share in zip(
-                    result.tokens, result.weights, result.contributions, strict=True
+                Token(
+                    token=token,
+                    attribution=float(attribution),
+                    weight=float(weight),
+                    share=float(share),
+                )
+                for token, attribution, weight, share in zip(
+                    result.tokens,
+                    result.attributions,
+                    result.weights,
+                    result.contributions,
+                    strict=True,
                 )
             ],
             bias=predictor.bias,
+            baseline=float(result.baseline),
+            rest=float(result.rest),
+            ngram_share=float(result.ngram_share),
             gap_after=result.gap_after,
         )
 

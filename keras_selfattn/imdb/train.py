@@ -111,6 +111,14 @@ class TrainConfig:
         calibrate: Whether to fit a temperature on the validation reviews
             (and crops of them) after training and fold it into the
             classifier (`calibration.calibrate`). Defaults to `True`.
+        ngram_logit: Whether the classifier also reads a linear bag of the
+            review's distinct words and word pairs, started from their
+            Naive-Bayes log-count ratios (`build_model(ngram_logit=...)`).
+            Defaults to `True`.
+        rotten_tomatoes: With `data="bundled"`, whether the 6,836 Rotten
+            Tomatoes snippets of the training side of their split join the
+            training reviews (`data.with_rotten_tomatoes`; with `limit`,
+            as large a share of them). Defaults to `True`.
         attention: `"keras_selfattn"` (this package's attention) or
             `"keras"` (the same model on `keras.layers.MultiHeadAttention`,
             for comparison). Defaults to `"keras_selfattn"`.
@@ -145,6 +153,8 @@ class TrainConfig:
     pooling_heads: int = DEFAULTS["pooling_heads"]
     pooling_entropy: float = DEFAULTS["pooling_entropy"]
     calibrate: bool = True
+    ngram_logit: bool = DEFAULTS["ngram_logit"]
+    rotten_tomatoes: bool = True
     attention: str = DEFAULTS["attention"]
     verbose: str | int = "auto"
 
@@ -171,6 +181,8 @@ class TrainConfig:
         check_rate("crop_rate", self.crop_rate)
         check_non_negative_float("pooling_entropy", self.pooling_entropy)
         check_one_of("calibrate", self.calibrate, (False, True))
+        check_one_of("ngram_logit", self.ngram_logit, (False, True))
+        check_one_of("rotten_tomatoes", self.rotten_tomatoes, (False, True))
         check_positive_float("learning_rate", self.learning_rate)
         check_positive_int("limit", self.limit, allow_none=True)
         check_int_in_range("seed", self.seed, 0)
@@ -324,6 +336,8 @@ def _train(config: TrainConfig, strategy, extra_callbacks: list) -> TrainResult:
 
     # Data: 5% of the training reviews validate.
     dataset = data.load(config.data).limit(config.limit)
+    if config.rotten_tomatoes and config.data == "bundled":
+        dataset = data.with_rotten_tomatoes(dataset, config.limit)
     texts, labels = dataset.train_texts, dataset.train_labels
     n_val = max(1, round(0.05 * len(texts))) if len(texts) >= 20 else 0
     n_train = len(texts) - n_val
@@ -353,7 +367,9 @@ def _train(config: TrainConfig, strategy, extra_callbacks: list) -> TrainResult:
     # The model, and the checkpoint of the last finished epoch.
     start = time.perf_counter()
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        model = imdb_model.build_model(texts[:n_train], **options)
+        model = imdb_model.build_model(
+            texts[:n_train], train_labels=labels[:n_train], **options
+        )
         imdb_model.compile_model(
             model,
             config.epochs * plan.steps_per_epoch,

@@ -126,7 +126,7 @@ def _check_page_shows(browser, expected: dict) -> None:
     probability = browser.find_element(By.ID, "probability").text
     assert f"{expected['probability']:.3f}" in probability
     shown = _shown_tokens(browser)
-    shares = [t["share"] for t in expected["tokens"]]
+    shares = [t["attribution"] for t in expected["tokens"]]  # the default view
     largest = max(abs(s) for s in shares)
     should = [_shade(share, largest) for share in shares]
     got = [_rgb(token["background"]) for token in shown]
@@ -139,7 +139,7 @@ def _check_page_shows(browser, expected: dict) -> None:
             assert g > r and g > b, token
         elif share < -largest / 10:  # visibly purple
             assert r > g and b > g, token
-        assert "weight " in token["title"] and "share " in token["title"]
+        assert "attribution " in token["title"] and "pooling share " in token["title"]
 
 
 # Types `text` into the review box one character at a time, all within one
@@ -183,7 +183,7 @@ def test_typing_reviews_shows_verdict_and_shares(browser, url):
     first = browser.find_elements(By.CSS_SELECTOR, "#tokens .token")[0]
     ActionChains(browser).move_to_element(first).perform()
     detail = browser.find_element(By.ID, "detail").text
-    assert detail.startswith(f"“{first.text}”: weight ") and "share" in detail
+    assert detail.startswith(f"“{first.text}”: attribution ") and "share" in detail
 
     review.clear()
     review.send_keys(" ")  # only a space: the verdict clears, no error

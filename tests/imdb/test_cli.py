@@ -73,7 +73,7 @@ def test_smoke_train_save_predict_explain(trained, tmp_path, capsys):
     png = tmp_path / "explain.png"
     assert cli.main(["explain", str(trained), LONG_REVIEW, "--out", str(png)]) == 0
     out = capsys.readouterr().out
-    assert "most-attended tokens" in out and "pushing towards negative" in out
+    assert "most-attended tokens" in out and "attributions towards" in out
     width, height = png_size(png)
     assert 600 <= width <= 2500 and 300 <= height <= 2500, (width, height)
 

@@ -162,3 +162,54 @@ def test_rotten_tomatoes_snippets_are_the_other_rows(bundled):
     assert max(len(t.split()) for t in texts) < 100
     imdb = set(bundled.train_texts) | set(bundled.test_texts)
     assert not {data.clean(t) for t in texts} & imdb
+
+
+def test_rotten_tomatoes_split_rule_on_a_tiny_file(tmp_path):
+    import csv
+    import hashlib
+
+    texts = [f"snippet {i} : a film , café and all" for i in range(40)]
+    path = tmp_path / "reviews.csv"
+    with path.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label", "source"])
+        writer.writerow(["an imdb review", 1, "imdb"])  # not a snippet
+        for i, text in enumerate(texts):
+            writer.writerow([text, i % 2, "rotten_tomatoes"])
+    # The rule, by another road: the hex digest read as a number.
+    expected = [
+        t
+        for t in texts
+        if int(hashlib.sha256(t.encode("utf-8")).hexdigest(), 16) % 5 == 0
+    ]
+    assert 0 < len(expected) < len(texts)  # the file holds both sides
+    test, test_labels = data.load_rotten_tomatoes("test", path=path)
+    train, _ = data.load_rotten_tomatoes("train", path=path)
+    everything, labels = data.load_rotten_tomatoes(path=path)
+    assert test == expected
+    assert train == [t for t in texts if t not in expected]
+    assert everything == texts and labels.tolist() == [i % 2 for i in range(40)]
+    assert test_labels.tolist() == [texts.index(t) % 2 for t in test]
+    with pytest.raises(ValueError, match="`split`"):
+        data.load_rotten_tomatoes("validation", path=path)
+
+
+def test_rotten_tomatoes_test_split_of_the_bundled_file():
+    test, labels = data.load_rotten_tomatoes("test")
+    train, _ = data.load_rotten_tomatoes("train")
+    assert len(test) == 1_694 and len(train) == 8_530 - 1_694
+    assert int(labels.sum()) == 823  # positives among the test snippets
+    assert not set(test) & set(train)
+
+
+def test_training_on_rotten_tomatoes_never_reads_its_test_split(bundled):
+    small = data.with_rotten_tomatoes(bundled.limit(1000), limit=1000)
+    snippets = set(small.train_texts) - set(bundled.train_texts)
+    assert len(snippets) == round(6_836 * 1000 / 20_000)
+    test = {data.clean(t) for t in data.load_rotten_tomatoes("test")[0]}
+    assert not snippets & test
+    assert small.test_texts is bundled.test_texts
+    # The snippets are spread through the training reviews (hash order), so
+    # the validation tail holds both kinds.
+    tail = small.train_texts[-100:]
+    assert 0 < sum(t in snippets for t in tail) < 100

@@ -52,11 +52,16 @@ def test_plot_leaves_the_matplotlib_backend_alone(tmp_path):
 
 def test_summary_lists_the_top_tokens_and_both_sides():
     lines = _explanation().summary(top=2).splitlines()
-    assert lines[0] == "most-attended tokens (of 6):"
+    assert lines[0] == "most-attended tokens, pooling weights (of 6):"
     assert lines[1].split() == ["0.2857", "w5", "(token", "5)"]
     assert lines[2].split()[1] == "w4"
-    assert lines[3].startswith("pushing towards positive: w5 (+1.000), w4")
-    assert lines[4].startswith("pushing towards negative: w0 (-1.000), w1")
+    assert lines[3].startswith("pooling shares towards positive: w5 (+1.000), w4")
+    assert lines[4].startswith("pooling shares towards negative: w0 (-1.000), w1")
+    with_attributions = _explanation()
+    with_attributions.attributions = np.array([0.5, -2.0, 0.0, 0.1, 0.0, 0.0])
+    lines = with_attributions.summary(top=2).splitlines()
+    assert lines[0] == "attributions towards positive: w0 (+0.500), w3 (+0.100)"
+    assert lines[1] == "attributions towards negative: w1 (-2.000)"
 
 
 def test_colours_are_anchored_at_uniform_attention():
@@ -87,6 +92,8 @@ def test_token_scores_point_towards_the_predicted_class():
     np.testing.assert_allclose(explain.token_scores(e, "shares"), e.contributions)
     e.probability = 0.2
     np.testing.assert_allclose(explain.token_scores(e, "shares"), -e.contributions)
+    e.attributions = np.array([1.0, -2.0, 0.0, 0.5, 0.0, 3.0])
+    np.testing.assert_allclose(explain.token_scores(e, "attributions"), -e.attributions)
     with pytest.raises(ValueError, match="`kind`"):
         explain.token_scores(e, "gradients")
 
@@ -104,7 +111,8 @@ def _stand_in_predict(model, texts):
 
 
 def _stand_in_explain(model, text):
-    """Weights that point at the first tokens, shares at the planted word."""
+    """Weights that point at the first tokens, shares and attributions at the
+    planted word."""
     tokens = text.split()
     (planted,) = [i for i, t in enumerate(tokens) if t in PLANTED]
     probability = PLANTED[tokens[planted]]
@@ -117,6 +125,7 @@ def _stand_in_explain(model, text):
         head_maps=np.zeros((1, len(tokens), len(tokens)), dtype="float32"),
         probability=probability,
         contributions=contributions,
+        attributions=contributions.astype("float64"),
     )
 
 
@@ -130,14 +139,18 @@ def test_faithfulness_is_the_drop_in_the_predicted_class(monkeypatch):
     monkeypatch.setattr(imdb_model, "predict", _stand_in_predict)
     monkeypatch.setattr(explain, "explain", _stand_in_explain)
     result = explain.faithfulness(None, texts, fractions=(0.1, 0.3, 1.0), seed=0)
-    assert set(result) == {"weights", "shares", "random"}
+    assert set(result) == {"attributions", "weights", "shares", "random"}
     # The predicted class's probability falls to 0.5 without the planted
     # word: by 0.8 - 0.5 = 0.3 (positive) and (1 - 0.1) - 0.5 = 0.4
     # (negative), 0.35 on average; it does not move while the word stays.
     missed = {"comprehensiveness": 0.0, "sufficiency": 0.35}
     found = {"comprehensiveness": 0.35, "sufficiency": 0.0}
     everything = {"comprehensiveness": 0.35, "sufficiency": 0.0}
-    for kind, expected in (("weights", missed), ("shares", found)):
+    for kind, expected in (
+        ("weights", missed),
+        ("shares", found),
+        ("attributions", found),
+    ):
         assert set(result[kind]) == {0.1, 0.3, 1.0}
         for k in (0.1, 0.3):  # 1 and 3 tokens
             assert result[kind][k] == pytest.approx(expected, abs=1e-12), (kind, k)
@@ -176,10 +189,16 @@ def test_the_explanation_adds_up_to_the_models_own_prediction(tmp_path, options)
     classifier = model.get_layer(imdb_model.CLASSIFIER)
     bias = float(np.asarray(classifier.bias)[0])
     (logit,) = imdb_model.logits(model, [text])
-    np.testing.assert_allclose(result.contributions.sum() + bias, logit, atol=1e-5)
+    total = result.contributions.sum() + bias + result.ngram_share
+    np.testing.assert_allclose(total, logit, atol=1e-5)
+    # Integrated gradients: complete up to the midpoint rule's error.
+    total = result.attributions.sum() + result.baseline + result.rest
+    span = abs(logit - result.baseline)
+    np.testing.assert_allclose(total, logit, atol=0.02 * span + 1e-4)
     (probability,) = model.predict(np.array([text], dtype=object), verbose=0)[:, 0]
     assert result.probability == pytest.approx(float(probability), abs=1e-6)
     assert len(result.tokens) == len(result.weights) == len(result.contributions)
+    assert len(result.attributions) == len(result.tokens)
     assert result.head_maps.shape == (2, len(result.tokens), len(result.tokens))
     np.testing.assert_allclose(result.weights.sum(), 1.0, atol=1e-5)
     # The explainer is built once per model and shares the model's weights.
@@ -195,3 +214,50 @@ def test_the_explanation_adds_up_to_the_models_own_prediction(tmp_path, options)
     assert again.tokens == result.tokens
     np.testing.assert_allclose(again.contributions, result.contributions, atol=1e-6)
     np.testing.assert_allclose(again.head_maps, result.head_maps, atol=1e-6)
+
+
+def _planted(n: int = 40):
+    """Reviews whose label is the planted word "zorb" (positive) or its
+    absence; every other word is drawn from the same bag in both classes."""
+    rng = np.random.default_rng(0)
+    filler = ["the", "film", "was", "a", "story", "of", "its", "cast", "and", "plot"]
+    texts, labels = [], []
+    for i in range(n):
+        words = list(rng.choice(filler, 8))
+        if i % 2:
+            words.insert(int(rng.integers(0, 8)), "zorb")
+        texts.append(" ".join(words))
+        labels.append(i % 2)
+    return texts, np.array(labels)
+
+
+def test_a_planted_word_gets_the_largest_attribution():
+    texts, labels = _planted()
+    model = build_model(
+        texts, train_labels=labels, vocab_size=30, bigram_vocab_size=60,
+        max_len=16, embed_dim=8, num_heads=1, intermediate_dim=8,
+    )  # fmt: skip
+    text = "the cast was a zorb story and the plot"
+    result = explain.explain(model, text)
+    assert result.tokens[int(np.argmax(result.attributions))] == "zorb"
+    assert result.attributions.max() > 0  # towards positive, as its label
+    (logit,) = imdb_model.logits(model, [text])
+    total = result.attributions.sum() + result.baseline + result.rest
+    np.testing.assert_allclose(total, logit, atol=0.02 * abs(logit - result.baseline))
+
+
+def test_ngram_shares_split_a_word_over_its_occurrences():
+    texts, labels = _planted()
+    model = build_model(
+        texts, train_labels=labels, vocab_size=30, bigram_vocab_size=0,
+        max_len=16, embed_dim=8, num_heads=1, intermediate_dim=8,
+    )  # fmt: skip
+    ngram = model.get_layer(imdb_model.NGRAM)
+    weights = np.asarray(ngram.kernel)
+    vocabulary = model.get_layer(imdb_model.TEXT_VECTORIZATION).get_vocabulary()
+    ids = np.array([[vocabulary.index(w) for w in ["zorb", "film", "zorb"]]])
+    shares = explain._ngram_shares(model, [ids[0]])
+    zorb, film = weights[ids[0, 0]], weights[ids[0, 1]]
+    np.testing.assert_allclose(shares, [zorb / 2, film, zorb / 2], rtol=1e-6)
+    score = float(np.asarray(ngram([ids]))[0, 0])
+    np.testing.assert_allclose(shares.sum(), score, rtol=1e-5)

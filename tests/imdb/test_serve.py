@@ -122,6 +122,10 @@ def test_explain_matches_explain_in_process(client, model):
     bias = to_numpy(model.get_layer(imdb_model.CLASSIFIER).bias)[0]
     # With the shares, which test_explain.py checks add up to the logit.
     np.testing.assert_allclose(body["bias"], bias)
+    attributions = [t["attribution"] for t in body["tokens"]]
+    np.testing.assert_allclose(attributions, expected.attributions, atol=1e-5)
+    for name in ("baseline", "rest", "ngram_share"):
+        assert body[name] == pytest.approx(getattr(expected, name), abs=1e-5), name
 
 
 TOO_LONG = "a" * (serve.MAX_CHARS + 1)

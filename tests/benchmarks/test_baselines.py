@@ -1,0 +1,56 @@
+"""The trust benchmark's baselines: NB-LR, VADER and the plausibility measure."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks.baselines import NbLr, plausibility, vader_lexicon, vader_probabilities
+
+pytestmark = pytest.mark.backend_independent
+
+TEXTS = ["a great film", "great acting", "a dull film", "dull and slow"] * 3
+LABELS = np.array([1, 1, 0, 0] * 3)
+
+
+def test_nblr_ratios_are_the_log_count_ratios_by_hand():
+    model = NbLr().fit(TEXTS, LABELS)
+    vocabulary = model.vectorizer.vocabulary_
+    # "great" is in all 6 positive texts and no negative one; there are
+    # 6 * (3 + 2) / ... counts: p = 1 + counts over positives, normalised.
+    x = model.vectorizer.transform(TEXTS).toarray()
+    p = 1 + x[LABELS == 1].sum(0)
+    q = 1 + x[LABELS == 0].sum(0)
+    expected = np.log(p / p.sum()) - np.log(q / q.sum())
+    np.testing.assert_allclose(model.ratios, expected)
+    assert model.ratios[vocabulary["great"]] > 0 > model.ratios[vocabulary["dull"]]
+    assert "great film" in vocabulary  # bigrams too
+
+
+def test_nblr_reads_the_planted_words():
+    model = NbLr().fit(TEXTS, LABELS)
+    p = model.predict_proba(["great", "dull", "a great night", "slow and dull"])
+    assert (p > 0.5).tolist() == [True, False, True, False]
+    np.testing.assert_allclose(p, 1 / (1 + np.exp(-model.logits(["great", "dull",
+                               "a great night", "slow and dull"]))))  # fmt: skip
+
+
+def test_vader_needs_no_training():
+    p = vader_probabilities(["A wonderful, moving film.", "Awful and boring."])
+    assert p[0] > 0.5 > p[1]
+    lexicon = vader_lexicon()
+    assert lexicon["wonderful"] > 0 > lexicon["awful"]
+
+
+def test_plausibility_by_hand():
+    lexicon = {"great": 3.0, "awful": -2.5}
+    explanations = [
+        (["a", "great", "film"], np.array([0.1, 2.0, -0.3])),  # top: great, +
+        (["an", "awful", "film"], np.array([-1.0, 0.5, 0.2])),  # top: an; awful +
+        (["no", "words"], np.array([1.0, 2.0])),  # no lexicon word: left out
+    ]
+    m = plausibility(explanations, lexicon, seed=0)
+    assert m["texts"] == 2 and m["top"] == 0.5
+    # Top-3 lexicon tokens: great (+, valence +) and awful (+, valence -).
+    assert m["signed"] == 2 and m["sign_agreement"] == 0.5
+    assert m["random"] in (0.0, 0.5, 1.0)
