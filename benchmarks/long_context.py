@@ -87,9 +87,9 @@ def child(args) -> dict:
     chunks = []
     original = attention._chunked_attention
 
-    def spy(*a):
-        chunks.append(a[-1])
-        return original(*a)
+    def spy(*a, **options):
+        chunks.append(options["chunk_size"])
+        return original(*a, **options)
 
     attention._chunked_attention = spy
     n = args.n

@@ -112,7 +112,7 @@ DEFAULTS = {
     "pooling_heads": 1,
     "pooling_entropy": 0.02,
     "attention": "keras_selfattn",
-    "ngram_logit": True,
+    "ngram_logit": False,
 }
 
 
@@ -171,7 +171,7 @@ def build_model(
         ngram_logit: Whether the classifier also reads the score of a
             linear bag of the review's distinct words and word pairs
             (`NgramLogit` on the whole review, unclipped). Defaults to
-            `True`.
+            `False`.
         train_labels: The labels of `train_texts`. With them, the n-gram
             weights start from the Naive-Bayes log-count ratios of the
             training texts (Wang & Manning, 2012), scaled by a logistic fit

@@ -114,11 +114,12 @@ class TrainConfig:
         ngram_logit: Whether the classifier also reads a linear bag of the
             review's distinct words and word pairs, started from their
             Naive-Bayes log-count ratios (`build_model(ngram_logit=...)`).
-            Defaults to `True`.
+            Defaults to `False` (see docs/demo.md, "Against the simple
+            baselines": not yet measured over the full default training).
         rotten_tomatoes: With `data="bundled"`, whether the 6,836 Rotten
             Tomatoes snippets of the training side of their split join the
             training reviews (`data.with_rotten_tomatoes`; with `limit`,
-            as large a share of them). Defaults to `True`.
+            as large a share of them). Defaults to `False`.
         attention: `"keras_selfattn"` (this package's attention) or
             `"keras"` (the same model on `keras.layers.MultiHeadAttention`,
             for comparison). Defaults to `"keras_selfattn"`.
@@ -154,7 +155,7 @@ class TrainConfig:
     pooling_entropy: float = DEFAULTS["pooling_entropy"]
     calibrate: bool = True
     ngram_logit: bool = DEFAULTS["ngram_logit"]
-    rotten_tomatoes: bool = True
+    rotten_tomatoes: bool = False
     attention: str = DEFAULTS["attention"]
     verbose: str | int = "auto"
 

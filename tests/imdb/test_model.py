@@ -191,7 +191,7 @@ def test_the_ngram_branch_starts_from_the_naive_bayes_ratios():
     labels = np.array([1, 1, 0, 0] * 4)
     model = build_model(
         texts, train_labels=labels, vocab_size=10, bigram_vocab_size=0,
-        max_len=4, embed_dim=4, num_heads=1, intermediate_dim=4,
+        max_len=4, embed_dim=4, num_heads=1, intermediate_dim=4, ngram_logit=True,
     )  # fmt: skip
     vocabulary = model.get_layer(imdb_model.TEXT_VECTORIZATION).get_vocabulary()
     weights = np.asarray(model.get_layer(imdb_model.NGRAM).kernel)
