@@ -46,11 +46,13 @@ import shlex
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# `from benchmarks._memory import ...` from any working folder.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks._memory import status_kib, watchdog
 
 IMPLS = {
     "selfattention": "SelfAttention",
@@ -63,28 +65,6 @@ _HEADS, _IMAGE = 8, False
 
 
 # --------------------------------------------------------------------- child
-
-
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def _watchdog(limit_bytes: float) -> None:
-    """Ends this process (exit 3) as soon as its RSS passes `limit_bytes`."""
-
-    def watch():
-        while True:
-            rss = _status_kib("VmRSS") * 1024
-            if rss > limit_bytes:
-                print(json.dumps({"over_limit": True, "rss_bytes": rss}), flush=True)
-                os._exit(3)
-            time.sleep(0.02)
-
-    threading.Thread(target=watch, daemon=True).start()
 
 
 def _make_step(impl: str, batch: int, n: int, dim: int, shape: argparse.Namespace):
@@ -178,7 +158,7 @@ def _child_time(impls: list[str], batch: int, n: int, dim: int, steps: int, shap
 
 
 def _child_memory(impl: str, batch: int, n: int, dim: int, steps: int, shape):
-    baseline = _status_kib("VmHWM") * 1024  # After the imports (done at top).
+    baseline = status_kib("VmHWM") * 1024  # After the imports (done at top).
     run = _make_step(impl, batch, n, dim, shape)
     start = time.perf_counter()
     for _ in range(steps):
@@ -197,7 +177,7 @@ def child_main(args) -> None:
     import keras_selfattn  # noqa: F401
 
     if args.limit_gb:
-        _watchdog(args.limit_gb * GB)
+        watchdog(args.limit_gb * GB)
     if args.child == "matmul":
         result = _child_matmul()
     elif args.child == "time":

@@ -34,11 +34,13 @@ import shlex
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# `from benchmarks._memory import ...` from any working folder.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks._memory import status_kib, watchdog
 
 GB = 1e9
 IMPLS = ("keras", "converted")
@@ -46,28 +48,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # --------------------------------------------------------------------- child
-
-
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def _watchdog(limit_bytes: float) -> None:
-    """Ends this process (exit 3) as soon as its RSS passes `limit_bytes`."""
-
-    def watch():
-        while True:
-            rss = _status_kib("VmRSS") * 1024
-            if rss > limit_bytes:
-                print(json.dumps({"over_limit": True, "rss_bytes": rss}), flush=True)
-                os._exit(3)
-            time.sleep(0.02)
-
-    threading.Thread(target=watch, daemon=True).start()
 
 
 def child(args) -> dict:
@@ -81,9 +61,9 @@ def child(args) -> dict:
     import keras_selfattn
     from keras_selfattn import attention
 
-    baseline = _status_kib("VmHWM") * 1024  # after the imports
+    baseline = status_kib("VmHWM") * 1024  # after the imports
     if args.limit_gb:
-        _watchdog(args.limit_gb * GB)
+        watchdog(args.limit_gb * GB)
     chunks = []
     original = attention._chunked_attention
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_selfattn._validation import invalid
+from keras_selfattn._validation import check_positive_int, check_rate, invalid
 
 
 def check_keras_mask(argument: str, mask, inputs) -> None:
@@ -99,3 +99,20 @@ def keras_mask_of(x):
     except ImportError:  # pragma: no cover - an older Keras keeps it here
         return getattr(x, "_keras_mask", None)
     return get_keras_mask(x)
+
+
+def check_block_arguments(
+    intermediate_dim, num_heads, dropout, attention_dropout, layer_norm_epsilon
+) -> None:
+    """The argument checks of the Transformer blocks (keras-hub's arguments)."""
+    check_positive_int("intermediate_dim", intermediate_dim)
+    check_positive_int("num_heads", num_heads)
+    check_rate("dropout", dropout)
+    if attention_dropout is not None:
+        check_rate("attention_dropout", attention_dropout)
+    if (
+        isinstance(layer_norm_epsilon, bool)
+        or not isinstance(layer_norm_epsilon, (int, float))
+        or not layer_norm_epsilon > 0
+    ):
+        raise invalid("layer_norm_epsilon", "a positive float", layer_norm_epsilon)

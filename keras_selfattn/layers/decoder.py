@@ -7,12 +7,11 @@ from keras import ops
 
 from keras_selfattn._validation import (
     check_known_last_dim,
-    check_positive_int,
     check_rank,
-    check_rate,
     invalid,
 )
 from keras_selfattn.layers._common import (
+    check_block_arguments,
     check_keras_mask,
     clone_initializer,
     keras_mask_of,
@@ -177,17 +176,9 @@ class TransformerDecoder(keras.layers.Layer):
     ):
         decoder_sequence_shape = kwargs.pop("decoder_sequence_shape", None)
         encoder_sequence_shape = kwargs.pop("encoder_sequence_shape", None)
-        check_positive_int("intermediate_dim", intermediate_dim)
-        check_positive_int("num_heads", num_heads)
-        check_rate("dropout", dropout)
-        if attention_dropout is not None:
-            check_rate("attention_dropout", attention_dropout)
-        if (
-            isinstance(layer_norm_epsilon, bool)
-            or not isinstance(layer_norm_epsilon, (int, float))
-            or not layer_norm_epsilon > 0
-        ):
-            raise invalid("layer_norm_epsilon", "a positive float", layer_norm_epsilon)
+        check_block_arguments(
+            intermediate_dim, num_heads, dropout, attention_dropout, layer_norm_epsilon
+        )
         super().__init__(**kwargs)
         self.intermediate_dim = intermediate_dim
         self.num_heads = num_heads
