@@ -7,13 +7,14 @@ language-model loss through the tied embedding, backward, Adam), with
 keras-hub's attention (Keras's) and converted
 (`keras_selfattn.convert(backbone, chunk_size=...)`, which puts every layer
 on the kernel's chunked path whatever the length; without `chunk_size` the
-kernel would take it only from 4096 keys). Each (attention, length) runs in
+kernel would take it only beyond its memory budget). Each (attention, length) runs in
 a fresh process: its peak memory (`ru_maxrss`) beside the after-import
 baseline, and the step time, the median of `--steps` after one warm-up.
 The child checks which path ran (the calls of the kernel's chunked path).
 Then the longest trainable context of each within `--limit-gb`: estimated
 from the measured memory growth and confirmed by a run at the estimate (15%
-shorter after a run over the limit, up to `--confirm-tries` runs).
+shorter after a run over the limit, up to `--confirm-tries` runs; `--confirm`
+names the attentions to confirm).
 
     python benchmarks/long_context.py                   # 2,048, 8,192, 32,768
     python benchmarks/long_context.py --lengths 64 128 --layers 2 --hidden 32 \
@@ -254,7 +255,8 @@ def run(args) -> dict:
             # up to --confirm-tries runs.
             entry["confirmations"] = []
             n = guess
-            for _ in range(args.confirm_tries if guess else 0):
+            tries = args.confirm_tries if guess and impl in args.confirm else 0
+            for _ in range(tries):
                 check = {"impl": impl, "n": n, **_spawn(impl, n, args, None)}
                 entry["confirmations"].append(check)
                 print("longest? " + _line(check), flush=True)
@@ -299,6 +301,14 @@ def main(argv=None) -> None:
     parser.add_argument("--limit-gb", type=float, default=16.0)
     parser.add_argument("--timeout", type=float, default=None)
     parser.add_argument("--confirm-tries", type=int, default=3)
+    parser.add_argument(
+        "--confirm",
+        nargs="*",
+        choices=IMPLS,
+        default=list(IMPLS),
+        help="the attentions whose estimated longest context a run confirms "
+        "(a run at the converted model's estimate can take hours on a CPU)",
+    )
     parser.add_argument(
         "--longest", action=argparse.BooleanOptionalAction, default=True
     )

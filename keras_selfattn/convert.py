@@ -122,7 +122,9 @@ def convert(
             `keras_selfattn.MultiHeadAttention`). That path has no dropout:
             a layer with `dropout > 0` or `flash_attention=True` then raises
             a `ValueError`, before any layer is changed. Defaults to `None`,
-            which lets the kernel choose (the chunked path from 4096 keys).
+            which lets the kernel choose
+            (`keras_selfattn.attention.plan_attention`: the plain path while
+            it fits the memory budget, the chunked one beyond).
 
     Returns:
         A `ConversionReport`: the layers converted and the attention layers
