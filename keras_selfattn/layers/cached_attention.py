@@ -91,6 +91,7 @@ class CachedMultiHeadAttention(MultiHeadAttention):
     ...                     cache_update_index=0)
     >>> step = layer(x[:, 2:], x[:, 2:], attention_mask=causal[2:],
     ...              cache=cache, cache_update_index=2)[0]
+    >>> step, full = keras.ops.convert_to_numpy(step), keras.ops.convert_to_numpy(full)
     >>> tuple(cache.shape), bool(np.allclose(step, full[:, 2:], atol=1e-5))
     ((1, 2, 3, 2, 4), True)
     """
