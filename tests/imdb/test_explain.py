@@ -235,7 +235,7 @@ def test_a_planted_word_gets_the_largest_attribution():
     texts, labels = _planted()
     model = build_model(
         texts, train_labels=labels, vocab_size=30, bigram_vocab_size=60,
-        max_len=16, embed_dim=8, num_heads=1, intermediate_dim=8,
+        max_len=16, embed_dim=8, num_heads=1, intermediate_dim=8, ngram_logit=True,
     )  # fmt: skip
     text = "the cast was a zorb story and the plot"
     result = explain.explain(model, text)
@@ -250,7 +250,7 @@ def test_ngram_shares_split_a_word_over_its_occurrences():
     texts, labels = _planted()
     model = build_model(
         texts, train_labels=labels, vocab_size=30, bigram_vocab_size=0,
-        max_len=16, embed_dim=8, num_heads=1, intermediate_dim=8,
+        max_len=16, embed_dim=8, num_heads=1, intermediate_dim=8, ngram_logit=True,
     )  # fmt: skip
     ngram = model.get_layer(imdb_model.NGRAM)
     weights = np.asarray(ngram.kernel)
