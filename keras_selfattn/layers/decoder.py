@@ -300,7 +300,6 @@ class TransformerDecoder(keras.layers.Layer):
             "feedforward", 4
         )
         self._feedforward_layer_norm.build(decoder_sequence_shape)
-        self.built = True
 
     # ------------------------------------------------------------- masks
 
