@@ -157,8 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true")  # fmt: skip
     add("--calibrate", "fit a temperature on the validation reviews after "
         "training", action=argparse.BooleanOptionalAction)  # fmt: skip
-    add("--ngram-logit", "the classifier also reads a linear bag of the review's "
-        "words and word pairs (NB log-count-ratio start)",
+    add("--ngram-logit", "also fit NB-LR on the review's words and word pairs "
+        "after training and blend it with the attention branch",
         action=argparse.BooleanOptionalAction)  # fmt: skip
     add("--rotten-tomatoes", "with --data bundled, also train on the Rotten "
         "Tomatoes snippets outside their test split",

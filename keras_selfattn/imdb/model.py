@@ -11,9 +11,10 @@
       -> AttentionPooling
       -> Dense(1, sigmoid), which also reads one more feature: the score of a
          linear bag of the review's distinct words and word pairs
-         (`NgramLogit`, NB-SVM-like, initialised from the Naive-Bayes
-         log-count ratios of the training texts), so that the classifier's
-         logit is the attention branch's plus the n-gram branch's
+         (`NgramLogit`, with `ngram_logit=True`: NB-LR, fitted after the
+         attention branch has trained and blended with it on held-out
+         reviews by `ngrams`), so that the classifier's logit is the
+         attention branch's plus the n-gram branch's
 
 Every layer has a fixed name, one of the constants below (`CLIP`,
 `CLASSIFIER`, ...): `explain` and `distributed` find the layers by these names,
@@ -58,12 +59,12 @@ __all__ = [
     "ReviewBatches",
     "accuracy",
     "build_model",
+    "classifier_inputs",
     "compile_model",
     "evaluate",
     "label_of",
     "load",
     "logits",
-    "naive_bayes_ratios",
     "predict",
 ]
 
@@ -112,7 +113,7 @@ DEFAULTS = {
     "pooling_heads": 1,
     "pooling_entropy": 0.02,
     "attention": "keras_selfattn",
-    "ngram_logit": False,
+    "ngram_logit": True,
 }
 
 
@@ -133,7 +134,6 @@ def build_model(
     pooling_heads: int = DEFAULTS["pooling_heads"],
     pooling_entropy: float = DEFAULTS["pooling_entropy"],
     ngram_logit: bool = DEFAULTS["ngram_logit"],
-    train_labels: Sequence[int] | np.ndarray | None = None,
 ) -> keras.Model:
     """Builds the sentiment model; its vocabulary comes from `train_texts`.
 
@@ -170,12 +170,11 @@ def build_model(
             same model, for comparison). Defaults to `"keras_selfattn"`.
         ngram_logit: Whether the classifier also reads the score of a
             linear bag of the review's distinct words and word pairs
-            (`NgramLogit` on the whole review, unclipped). Defaults to
-            `False`.
-        train_labels: The labels of `train_texts`. With them, the n-gram
-            weights start from the Naive-Bayes log-count ratios of the
-            training texts (Wang & Manning, 2012), scaled by a logistic fit
-            on them; without them, from zero. Defaults to `None`.
+            (`NgramLogit` on the whole review, unclipped). The branch and
+            the classifier's weight of it start at zero, so that training
+            fits the attention branch alone; `ngrams.fit_ngram_branch`
+            (NB-LR) and `ngrams.blend` set them after training.
+            Defaults to `True`.
 
     Returns:
         An uncompiled `keras.Model` from raw strings `(batch,)` to
@@ -251,110 +250,14 @@ def build_model(
     )(x)
     model = keras.Model(texts, probability, name=MODEL)
     if ngram_logit:
-        _start_ngrams(model, train_texts, train_labels)
+        # Both ends of the n-gram branch start at zero, so their gradients are
+        # zero and training fits the attention branch alone; `ngrams` fits
+        # and blends the n-gram branch afterwards.
+        classifier = model.get_layer(CLASSIFIER)
+        kernel = keras.ops.convert_to_numpy(classifier.kernel)
+        kernel[-1] = 0.0
+        classifier.kernel.assign(kernel)
     return model
-
-
-def _presence(layers, sizes, texts: np.ndarray, batch_size: int = 512):
-    """Per vocabulary, the `(pairs, 2)` array of the distinct `(text, id)`."""
-    keys = [[] for _ in layers]
-    for start in range(0, len(texts), batch_size):
-        batch = texts[start : start + batch_size]
-        for key, layer, size in zip(keys, layers, sizes, strict=True):
-            ids = np.asarray(layer(batch)).astype("int64")
-            rows = np.arange(start, start + len(batch), dtype="int64")[:, None]
-            key.append(np.unique(rows * size + ids))
-    pairs = []
-    for key, size in zip(keys, sizes, strict=True):
-        key = np.concatenate(key)
-        pairs.append(np.stack([key // size, key % size], 1))
-    return pairs
-
-
-def naive_bayes_ratios(
-    presence: np.ndarray, labels: np.ndarray, size: int, alpha: float = 1.0
-) -> np.ndarray:
-    """The Naive-Bayes log-count ratios of binarized features.
-
-    `r = log((p / |p|_1) / (q / |q|_1))` with `p = alpha + ` the number of
-    positive texts holding each feature and `q` the same for negative ones
-    (Wang & Manning, 2012).
-
-    Args:
-        presence: `(pairs, 2)` integer array of distinct `(text, id)` pairs.
-        labels: The 0/1 label of each text.
-        size: The number of ids.
-        alpha: The smoothing count. Defaults to `1.0`.
-
-    Returns:
-        A float64 array `(size,)`.
-    """
-    labels = np.asarray(labels)
-    positive = labels[presence[:, 0]] == 1
-    p = alpha + np.bincount(presence[positive, 1], minlength=size)[:size]
-    q = alpha + np.bincount(presence[~positive, 1], minlength=size)[:size]
-    return np.log(p / p.sum()) - np.log(q / q.sum())
-
-
-def _centred(ratios: np.ndarray, presence: np.ndarray) -> np.ndarray:
-    """The ratios less their mean over the features' occurrences, so that a
-    text's score does not drift with its length: a one-line review and a
-    long one start from the same neutral point."""
-    mean = float(np.mean(ratios[presence[:, 1]])) if len(presence) else 0.0
-    return ratios - mean
-
-
-def _logistic_fit(z: np.ndarray, y: np.ndarray, steps: int = 25):
-    """Scale `a` and bias `b` of the logistic regression of `y` on `z`."""
-    a, b = 0.0, 0.0
-    for _ in range(steps):  # Newton's method, from the flat start
-        p = 1.0 / (1.0 + np.exp(-(a * z + b)))
-        g = np.array([np.sum((p - y) * z), np.sum(p - y)])
-        w = p * (1 - p) + 1e-9
-        h = np.array([[np.sum(w * z * z), np.sum(w * z)], [np.sum(w * z), np.sum(w)]])
-        a, b = np.array([a, b]) - np.linalg.solve(h + 1e-6 * np.eye(2), g)
-    return float(a), float(b)
-
-
-def _start_ngrams(model: keras.Model, train_texts, train_labels) -> None:
-    """Starts the n-gram branch from the Naive-Bayes log-count ratios of the
-    training texts, scaled by a logistic fit of the labels on their scores;
-    the classifier reads that score with weight 1 and starts with the fit's
-    bias. The fit is cross-fitted (each half of the texts scored by the
-    ratios of the other half), so the scale is that of unseen texts, not the
-    overconfident one of the texts the ratios were counted on."""
-    if train_labels is None or len(train_texts) < 2:
-        return
-    labels = np.asarray(train_labels)
-    layers = [model.get_layer(TEXT_VECTORIZATION)]
-    if BIGRAM_VECTORIZATION in {layer.name for layer in model.layers}:
-        layers.append(model.get_layer(BIGRAM_VECTORIZATION))
-    ngram = model.get_layer(NGRAM)
-    n = len(train_texts)
-    half = np.arange(n) % 2  # the two folds of the cross-fit
-    ratios, scores = [], np.zeros(n)
-    for size, presence in zip(
-        ngram.vocabulary_sizes,
-        _presence(layers, ngram.vocabulary_sizes, train_texts),
-        strict=True,
-    ):
-        presence = presence[presence[:, 1] >= ngram.first_id]
-        fold = half[presence[:, 0]]
-        for k in (0, 1):
-            r = _centred(naive_bayes_ratios(presence[fold != k], labels, size),
-                         presence[fold != k])  # fmt: skip
-            other = presence[fold == k]
-            scores += np.bincount(other[:, 0], r[other[:, 1]], n)
-        r = _centred(naive_bayes_ratios(presence, labels, size), presence)
-        r[: ngram.first_id] = 0.0
-        ratios.append(r)
-    scale, bias = _logistic_fit(scores, labels)
-    ngram.kernel.assign(np.concatenate(ratios).astype("float32") * scale)
-    classifier = model.get_layer(CLASSIFIER)
-    kernel = keras.ops.convert_to_numpy(classifier.kernel)
-    kernel[-1] = 1.0
-    classifier.kernel.assign(kernel)
-    classifier.bias.assign(np.array([bias], dtype="float32"))
 
 
 def compile_model(
@@ -584,11 +487,20 @@ def logits(
         A float64 array `(len(texts),)`.
     """
     classifier = model.get_layer(CLASSIFIER)
-    pooled_model = keras.Model(model.inputs, classifier.input)
-    pooled = _in_order(pooled_model, texts, batch_size).astype("float64")
+    features = classifier_inputs(model, texts, batch_size)
     kernel = keras.ops.convert_to_numpy(classifier.kernel).astype("float64")
     bias = keras.ops.convert_to_numpy(classifier.bias).astype("float64")
-    return (pooled @ kernel + bias)[:, 0]
+    return (features @ kernel + bias)[:, 0]
+
+
+def classifier_inputs(
+    model: keras.Model, texts: Sequence[str], batch_size: int = 128
+) -> np.ndarray:
+    """What the classifier reads for `texts`, in float64, `(len(texts),
+    features)`: the pooled vector, and last the n-gram score in a model with
+    the n-gram branch."""
+    inputs = keras.Model(model.inputs, model.get_layer(CLASSIFIER).input)
+    return _in_order(inputs, texts, batch_size).astype("float64")
 
 
 def evaluate(

@@ -48,7 +48,7 @@ from keras_selfattn._validation import (
     check_rate,
     invalid,
 )
-from keras_selfattn.imdb import calibration, data, distributed
+from keras_selfattn.imdb import calibration, data, distributed, ngrams
 from keras_selfattn.imdb import model as imdb_model
 from keras_selfattn.imdb.model import DEFAULTS
 
@@ -110,12 +110,15 @@ class TrainConfig:
             Defaults to `0.02`.
         calibrate: Whether to fit a temperature on the validation reviews
             (and crops of them) after training and fold it into the
-            classifier (`calibration.calibrate`). Defaults to `True`.
-        ngram_logit: Whether the classifier also reads a linear bag of the
-            review's distinct words and word pairs, started from their
-            Naive-Bayes log-count ratios (`build_model(ngram_logit=...)`).
-            Defaults to `False` (see docs/demo.md, "Against the simple
-            baselines": not yet measured over the full default training).
+            classifier (`calibration.calibrate`); with `ngram_logit` the
+            blend calibrates instead. Defaults to `True`.
+        ngram_logit: Whether the model also has an n-gram branch: after
+            training, NB-LR on the training reviews' distinct words and word
+            pairs (`ngrams.fit_ngram_branch`), mixed with the attention
+            branch by a logistic regression on the validation reviews and
+            crops of them (`ngrams.blend`), which also calibrates the mix.
+            Without validation reviews (fewer than 20 training texts) the
+            branch stays at zero. Defaults to `True`.
         rotten_tomatoes: With `data="bundled"`, whether the 6,836 Rotten
             Tomatoes snippets of the training side of their split join the
             training reviews (`data.with_rotten_tomatoes`; with `limit`,
@@ -267,18 +270,37 @@ def describe_device() -> tuple[str, bool]:
     )
 
 
-def _calibrate(model, texts, labels, config: TrainConfig) -> float:
-    """Fits the temperature on the validation reviews, and on crops of them
-    when training crops (so it holds for short texts too); logs it."""
+def _validation_texts(texts, labels, config: TrainConfig):
+    """The validation reviews, and crops of them when training crops (so
+    that what is fitted on them holds for short texts too)."""
     texts, labels = list(texts), list(labels)
     if config.crop_rate:
         rng = np.random.default_rng(config.seed)
         texts += [data.crop(text, rng) for text in texts]
         labels += labels
+    return texts, labels
+
+
+def _calibrate(model, texts, labels, config: TrainConfig) -> float:
+    """Fits the temperature on the validation texts; logs it."""
+    texts, labels = _validation_texts(texts, labels, config)
     temperature = calibration.calibrate(model, texts, labels)
     _log(f"calibration: temperature {temperature:.3f}, fitted on {len(texts)} "
          "validation texts")  # fmt: skip
     return temperature
+
+
+def _fit_and_blend(model, texts, labels, n_train: int, config: TrainConfig):
+    """Fits the n-gram branch (NB-LR) on the training texts and blends it
+    with the attention branch on the validation texts; logs both."""
+    fit = ngrams.fit_ngram_branch(model, texts[:n_train], labels[:n_train])
+    _log(f"n-grams: NB-LR on {fit.texts} texts, {fit.features} n-grams, "
+         f"{fit.iterations} L-BFGS iterations, {fit.seconds:.0f} s")  # fmt: skip
+    held_out = _validation_texts(texts[n_train:], labels[n_train:], config)
+    mix = ngrams.blend(model, *held_out)
+    _log(f"blend: {mix.attention:.3f} x attention + {mix.ngrams:.3f} x n-grams "
+         f"{mix.bias:+.3f}, fitted on {len(held_out[0])} validation texts")  # fmt: skip
+    return fit, mix
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -368,9 +390,7 @@ def _train(config: TrainConfig, strategy, extra_callbacks: list) -> TrainResult:
     # The model, and the checkpoint of the last finished epoch.
     start = time.perf_counter()
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        model = imdb_model.build_model(
-            texts[:n_train], train_labels=labels[:n_train], **options
-        )
+        model = imdb_model.build_model(texts[:n_train], **options)
         imdb_model.compile_model(
             model,
             config.epochs * plan.steps_per_epoch,
@@ -411,9 +431,11 @@ def _train(config: TrainConfig, strategy, extra_callbacks: list) -> TrainResult:
             verbose=config.verbose,
         )
 
-    # Calibrate, save, test.
-    temperature = 1.0
-    if config.calibrate and n_val:
+    # The n-gram branch and the blend, or the temperature; save, test.
+    temperature, mix = 1.0, None
+    if config.ngram_logit and n_val:
+        fit, mix = _fit_and_blend(model, texts, labels, n_train, config)
+    elif config.calibrate and n_val:
         temperature = _calibrate(model, texts[n_train:], labels[n_train:], config)
     distributed.save(model, out, strategy)
     seconds = time.perf_counter() - start
@@ -423,7 +445,19 @@ def _train(config: TrainConfig, strategy, extra_callbacks: list) -> TrainResult:
     if loop is None:
         test_logits = imdb_model.logits(model, dataset.test_texts)
         accuracy = imdb_model.accuracy(_sigmoid(test_logits), dataset.test_labels)
-        if config.calibrate and n_val:
+        if mix is not None:
+            attention, score = ngrams.branch_logits(model, dataset.test_texts)
+            alone = [
+                imdb_model.accuracy(_sigmoid(z), dataset.test_labels)
+                for z in ((attention - mix.bias) / mix.attention, score + fit.intercept)
+            ]
+            _log(f"test accuracy of the branches: attention {alone[0]:.4f}, "
+                 f"n-grams {alone[1]:.4f}")  # fmt: skip
+            ece = calibration.expected_calibration_error(
+                _sigmoid(test_logits), dataset.test_labels
+            )
+            _log(f"test ECE (15 bins): {ece:.4f}")
+        elif config.calibrate and n_val:
             ece = [
                 calibration.expected_calibration_error(_sigmoid(z), dataset.test_labels)
                 for z in (test_logits * temperature, test_logits)

@@ -7,7 +7,7 @@ import matplotlib
 import numpy as np
 import pytest
 
-from keras_selfattn.imdb import explain
+from keras_selfattn.imdb import explain, ngrams
 from keras_selfattn.imdb import model as imdb_model
 from keras_selfattn.imdb.model import build_model
 from tests.helpers import png_size
@@ -234,9 +234,11 @@ def _planted(n: int = 40):
 def test_a_planted_word_gets_the_largest_attribution():
     texts, labels = _planted()
     model = build_model(
-        texts, train_labels=labels, vocab_size=30, bigram_vocab_size=60,
+        texts, vocab_size=30, bigram_vocab_size=60,
         max_len=16, embed_dim=8, num_heads=1, intermediate_dim=8, ngram_logit=True,
     )  # fmt: skip
+    ngrams.fit_ngram_branch(model, texts, labels)
+    ngrams.blend(model, texts, labels)
     text = "the cast was a zorb story and the plot"
     result = explain.explain(model, text)
     assert result.tokens[int(np.argmax(result.attributions))] == "zorb"
@@ -249,9 +251,10 @@ def test_a_planted_word_gets_the_largest_attribution():
 def test_ngram_shares_split_a_word_over_its_occurrences():
     texts, labels = _planted()
     model = build_model(
-        texts, train_labels=labels, vocab_size=30, bigram_vocab_size=0,
+        texts, vocab_size=30, bigram_vocab_size=0,
         max_len=16, embed_dim=8, num_heads=1, intermediate_dim=8, ngram_logit=True,
     )  # fmt: skip
+    ngrams.fit_ngram_branch(model, texts, labels)
     ngram = model.get_layer(imdb_model.NGRAM)
     weights = np.asarray(ngram.kernel)
     vocabulary = model.get_layer(imdb_model.TEXT_VECTORIZATION).get_vocabulary()

@@ -175,29 +175,3 @@ def test_load_names_a_missing_or_corrupt_file(tmp_path, case):
         assert message == (
             f"cannot load model {path}: not a .keras file (a zip archive)"
         )
-
-
-def test_naive_bayes_ratios_by_hand():
-    # Texts 0, 1 positive, text 2 negative; ids 0..2.
-    presence = np.array([[0, 0], [0, 1], [1, 1], [2, 2]])
-    ratios = imdb_model.naive_bayes_ratios(presence, np.array([1, 1, 0]), 3)
-    p = np.array([1 + 1, 1 + 2, 1 + 0]) / 6
-    q = np.array([1 + 0, 1 + 0, 1 + 1]) / 4
-    np.testing.assert_allclose(ratios, np.log(p / q))
-
-
-def test_the_ngram_branch_starts_from_the_naive_bayes_ratios():
-    texts = ["great fun", "great film", "dull fun", "dull film"] * 4
-    labels = np.array([1, 1, 0, 0] * 4)
-    model = build_model(
-        texts, train_labels=labels, vocab_size=10, bigram_vocab_size=0,
-        max_len=4, embed_dim=4, num_heads=1, intermediate_dim=4, ngram_logit=True,
-    )  # fmt: skip
-    vocabulary = model.get_layer(imdb_model.TEXT_VECTORIZATION).get_vocabulary()
-    weights = np.asarray(model.get_layer(imdb_model.NGRAM).kernel)
-    great, dull = weights[vocabulary.index("great")], weights[vocabulary.index("dull")]
-    fun, film = weights[vocabulary.index("fun")], weights[vocabulary.index("film")]
-    assert great > 0 > dull and great == pytest.approx(-dull, rel=1e-5)
-    assert fun == pytest.approx(0.0, abs=1e-5) and film == pytest.approx(0.0, abs=1e-5)
-    kernel = np.asarray(model.get_layer(imdb_model.CLASSIFIER).kernel)
-    assert kernel[-1, 0] == 1.0 and kernel.shape == (5, 1)

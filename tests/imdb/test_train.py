@@ -121,7 +121,11 @@ def test_config_accepts_the_edges(tmp_path):
 def test_train_leaves_the_global_dtype_policy_as_it_found_it(tmp_path, capsys):
     data = write_acl(tmp_path / "acl", n_train=64, n_test=16)
     config = TrainConfig(
-        data=str(data), out=tmp_path / "m.keras", mixed_precision=True, **TINY
+        data=str(data),
+        out=tmp_path / "m.keras",
+        mixed_precision=True,
+        ngram_logit=False,  # the other calibration: a temperature
+        **TINY,
     )
     before = keras.config.dtype_policy().name
     result = train(config)
@@ -135,6 +139,8 @@ def test_train_leaves_the_global_dtype_policy_as_it_found_it(tmp_path, capsys):
     assert len(result.history["loss"]) == 1 and "val_accuracy" in result.history
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("device: ") and lines[1].startswith("mixed precision")
+    assert any(line.startswith("calibration: temperature ") for line in lines)
+    assert imdb_model.NGRAM not in {layer.name for layer in result.model.layers}
     assert lines[-1] == f"test accuracy: {result.accuracy:.4f}"
 
 

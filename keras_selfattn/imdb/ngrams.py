@@ -1,0 +1,347 @@
+"""The model's n-gram branch as NB-LR, and its blend with the attention branch.
+
+NB-LR (Wang & Manning, 2012, with a logistic regression in place of the
+SVM): each text is the set of its distinct words and word pairs; feature `j`
+of a text is `r_j` when the text holds n-gram `j` (0 otherwise), with `r` the
+Naive-Bayes log-count ratios of the training texts; an L2-regularised
+logistic regression reads those features. In the model, `NgramLogit` holds
+one weight per n-gram, so the regression's weights `v` go in as `r * v`.
+
+The model trains its attention branch alone (the n-gram branch and its
+classifier weight start at zero and stay there: their gradients are zero);
+then `fit_ngram_branch` fits NB-LR on the training texts, and `blend` mixes
+the two logits by a logistic regression on held-out reviews, which also
+calibrates them. That is stacking: the mixing weights are fitted on texts
+neither branch was trained on, so neither branch's training fit (NB-LR
+classifies its own training texts almost perfectly) decides them.
+
+Only NumPy: the regression is minimised by L-BFGS (`minimize_lbfgs`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import keras
+import numpy as np
+
+from keras_selfattn.imdb import model as imdb_model
+
+__all__ = [
+    "Blend",
+    "NgramFit",
+    "blend",
+    "branch_logits",
+    "fit_ngram_branch",
+    "logistic_regression",
+    "minimize_lbfgs",
+    "naive_bayes_ratios",
+    "presence",
+]
+
+
+def presence(
+    vectorizers: Sequence[keras.layers.Layer],
+    sizes: Sequence[int],
+    texts: np.ndarray,
+    batch_size: int = 512,
+) -> list[np.ndarray]:
+    """Per vocabulary, the `(pairs, 2)` int64 array of the distinct
+    `(text, id)` pairs of `texts`, sorted by text."""
+    keys = [[] for _ in vectorizers]
+    texts = np.asarray(list(texts), dtype=object)
+    for start in range(0, len(texts), batch_size):
+        batch = texts[start : start + batch_size]
+        for key, layer, size in zip(keys, vectorizers, sizes, strict=True):
+            ids = np.asarray(layer(batch)).astype("int64")
+            rows = np.arange(start, start + len(batch), dtype="int64")[:, None]
+            key.append(np.unique(rows * size + ids))
+    pairs = []
+    for key, size in zip(keys, sizes, strict=True):
+        key = np.concatenate(key) if key else np.zeros(0, "int64")
+        pairs.append(np.stack([key // size, key % size], 1))
+    return pairs
+
+
+def naive_bayes_ratios(
+    pairs: np.ndarray, labels: np.ndarray, size: int, alpha: float = 1.0
+) -> np.ndarray:
+    """The Naive-Bayes log-count ratios of binarized features.
+
+    `r = log((p / |p|_1) / (q / |q|_1))` with `p = alpha + ` the number of
+    positive texts holding each feature and `q` the same for negative ones
+    (Wang & Manning, 2012).
+
+    Args:
+        pairs: `(pairs, 2)` integer array of distinct `(text, id)` pairs.
+        labels: The 0/1 label of each text.
+        size: The number of ids.
+        alpha: The smoothing count. Defaults to `1.0`.
+
+    Returns:
+        A float64 array `(size,)`.
+    """
+    labels = np.asarray(labels)
+    positive = labels[pairs[:, 0]] == 1
+    p = alpha + np.bincount(pairs[positive, 1], minlength=size)[:size]
+    q = alpha + np.bincount(pairs[~positive, 1], minlength=size)[:size]
+    return np.log(p / p.sum()) - np.log(q / q.sum())
+
+
+def minimize_lbfgs(
+    fun: Callable[[np.ndarray], tuple[float, np.ndarray]],
+    x0: np.ndarray,
+    *,
+    max_iter: int = 200,
+    tol: float = 1e-5,
+    memory: int = 10,
+) -> tuple[np.ndarray, int]:
+    """Minimises a smooth function by L-BFGS (Nocedal & Wright, algorithm 7.4)
+    with a backtracking Armijo line search.
+
+    Args:
+        fun: `x -> (f(x), gradient of f at x)`.
+        x0: The starting point.
+        max_iter: The most iterations. Defaults to `200`.
+        tol: Stops when the largest gradient entry is below
+            `tol * max(1, |f|)`. Defaults to `1e-5`.
+        memory: The number of correction pairs kept. Defaults to `10`.
+
+    Returns:
+        `(x, iterations)`.
+    """
+    x = np.array(x0, dtype="float64")
+    f, g = fun(x)
+    steps, changes = [], []
+    for iteration in range(1, max_iter + 1):
+        if np.max(np.abs(g)) <= tol * max(1.0, abs(f)):
+            return x, iteration - 1
+        # The two-loop recursion: d = -H g.
+        d, alphas = -g, []
+        for s, y in reversed(list(zip(steps, changes, strict=True))):
+            alpha = s @ d / (y @ s)
+            alphas.append(alpha)
+            d = d - alpha * y
+        if steps:
+            d *= steps[-1] @ changes[-1] / (changes[-1] @ changes[-1])
+        else:
+            d /= max(1.0, np.linalg.norm(d))
+        for (s, y), alpha in zip(zip(steps, changes, strict=True), reversed(alphas),
+                                 strict=True):  # fmt: skip
+            d = d + (alpha - y @ d / (y @ s)) * s
+        slope = g @ d
+        if slope >= 0:  # not a descent direction: restart from the gradient
+            steps, changes, d, slope = [], [], -g, -(g @ g)
+        t = 1.0
+        while True:
+            f_new, g_new = fun(x + t * d)
+            if f_new <= f + 1e-4 * t * slope or t < 1e-10:
+                break
+            t *= 0.5
+        s, y = t * d, g_new - g
+        x, f, g = x + s, f_new, g_new
+        if y @ s > 1e-10 * (s @ s):
+            steps.append(s)
+            changes.append(y)
+            if len(steps) > memory:
+                steps.pop(0)
+                changes.pop(0)
+    return x, max_iter
+
+
+def logistic_regression(
+    rows: np.ndarray,
+    columns: np.ndarray,
+    values: np.ndarray,
+    labels: np.ndarray,
+    size: int,
+    *,
+    C: float = 1.0,  # noqa: N803
+    max_iter: int = 200,
+) -> tuple[np.ndarray, float, int]:
+    """L2-regularised logistic regression on a sparse matrix, by L-BFGS.
+
+    Minimises `C * sum_i log(1 + exp(-y_i z_i)) + |w|^2 / 2` with
+    `z_i = sum_j x_ij w_j + b` (the intercept `b` is not penalised) and
+    `y_i = +-1`, as scikit-learn's `LogisticRegression(C=C)` does.
+
+    Args:
+        rows: The row of each non-zero entry of `x`.
+        columns: Its column.
+        values: Its value, `x[rows, columns]`.
+        labels: The 0/1 label of each row `(n,)`.
+        size: The number of columns.
+        C: The inverse regularization. Defaults to `1.0`.
+        max_iter: L-BFGS's most iterations. Defaults to `200`.
+
+    Returns:
+        `(w (size,), b, iterations)`.
+    """
+    labels = np.asarray(labels, dtype="float64")
+    n = len(labels)
+
+    def fun(theta):
+        w, b = theta[:-1], theta[-1]
+        z = np.bincount(rows, values * w[columns], n) + b
+        loss = C * np.sum(np.logaddexp(0.0, np.where(labels > 0, -z, z)))
+        delta = C * (0.5 * (1.0 + np.tanh(0.5 * z)) - labels)
+        grad = np.bincount(columns, values * delta[rows], size) + w
+        return loss + 0.5 * (w @ w), np.append(grad, delta.sum())
+
+    theta, iterations = minimize_lbfgs(fun, np.zeros(size + 1), max_iter=max_iter)
+    return theta[:-1], float(theta[-1]), iterations
+
+
+@dataclass(frozen=True)
+class NgramFit:
+    """What `fit_ngram_branch` fitted.
+
+    Attributes:
+        texts: The number of training texts.
+        features: The number of distinct n-grams of the model's vocabularies.
+        iterations: L-BFGS's iterations.
+        intercept: The regression's intercept (not part of the model: the
+            blend fits its own).
+        seconds: The wall time of the fit, vectorising included.
+    """
+
+    texts: int
+    features: int
+    iterations: int
+    intercept: float
+    seconds: float
+
+
+def _vectorizers(model: keras.Model) -> list[keras.layers.Layer]:
+    names = {layer.name for layer in model.layers}
+    layers = [model.get_layer(imdb_model.TEXT_VECTORIZATION)]
+    if imdb_model.BIGRAM_VECTORIZATION in names:
+        layers.append(model.get_layer(imdb_model.BIGRAM_VECTORIZATION))
+    return layers
+
+
+def fit_ngram_branch(
+    model: keras.Model,
+    texts: Sequence[str],
+    labels: Sequence[int] | np.ndarray,
+    *,
+    C: float = 1.0,  # noqa: N803
+    alpha: float = 1.0,
+    max_iter: int = 200,
+) -> NgramFit:
+    """Fits the model's n-gram branch (`NgramLogit`) as NB-LR on `texts`.
+
+    The branch's weights become `r * v`: `r` the Naive-Bayes log-count
+    ratios of `texts` (smoothing `alpha`) and `v` the weights of the
+    logistic regression on the ratio-scaled binary n-grams
+    (`logistic_regression(C=C)`). The classifier's weight of the branch's
+    score is left as it is (`blend` sets it).
+
+    Args:
+        model: A model from `build_model(ngram_logit=True)`.
+        texts: The training texts (never the held-out ones).
+        labels: Their 0/1 labels.
+        C: The regression's inverse regularization. Defaults to `1.0`.
+        alpha: The ratios' smoothing count. Defaults to `1.0`.
+        max_iter: L-BFGS's most iterations. Defaults to `200`.
+
+    Returns:
+        An `NgramFit`.
+    """
+    start = time.perf_counter()
+    ngram = model.get_layer(imdb_model.NGRAM)
+    sizes = ngram.vocabulary_sizes
+    labels = np.asarray(labels)
+    rows, columns, ratios, offset = [], [], [], 0
+    for size, pairs in zip(
+        sizes, presence(_vectorizers(model), sizes, texts), strict=True
+    ):
+        pairs = pairs[pairs[:, 1] >= ngram.first_id]
+        r = naive_bayes_ratios(pairs, labels, size, alpha)
+        r[: ngram.first_id] = 0.0
+        rows.append(pairs[:, 0])
+        columns.append(pairs[:, 1] + offset)
+        ratios.append(r)
+        offset += size
+    rows, columns = np.concatenate(rows), np.concatenate(columns)
+    ratios = np.concatenate(ratios)
+    v, intercept, iterations = logistic_regression(
+        rows, columns, ratios[columns], labels, offset, C=C, max_iter=max_iter
+    )
+    ngram.kernel.assign((ratios * v).astype(ngram.kernel.dtype))
+    return NgramFit(
+        len(labels),
+        int(np.count_nonzero(np.bincount(columns, minlength=offset))),
+        iterations,
+        intercept,
+        time.perf_counter() - start,
+    )
+
+
+def branch_logits(
+    model: keras.Model, texts: Sequence[str], batch_size: int = 128
+) -> tuple[np.ndarray, np.ndarray]:
+    """The two terms of the classifier's logit, in float64, `(len(texts),)`
+    each: the attention branch's (the pooled vector's part, with the bias)
+    and the n-gram branch's score (before the classifier's weight of it)."""
+    classifier = model.get_layer(imdb_model.CLASSIFIER)
+    features = imdb_model.classifier_inputs(model, texts, batch_size)
+    kernel = keras.ops.convert_to_numpy(classifier.kernel).astype("float64")[:, 0]
+    bias = float(keras.ops.convert_to_numpy(classifier.bias)[0])
+    return features[:, :-1] @ kernel[:-1] + bias, features[:, -1]
+
+
+@dataclass(frozen=True)
+class Blend:
+    """The mix `blend` folded into the classifier: the logit is
+    `attention * attention_logit + ngrams * ngram_score + bias`."""
+
+    attention: float
+    ngrams: float
+    bias: float
+
+
+def _logistic_newton(z: np.ndarray, y: np.ndarray, steps: int = 30) -> np.ndarray:
+    """Weights and last the bias of the logistic regression of `y` on the
+    columns of `z` (a few features), by Newton's method."""
+    x = np.concatenate([z, np.ones((len(z), 1))], 1)
+    theta = np.zeros(x.shape[1])
+    for _ in range(steps):
+        p = 0.5 * (1.0 + np.tanh(0.5 * (x @ theta)))
+        hessian = (x * (p * (1 - p) + 1e-9)[:, None]).T @ x
+        theta -= np.linalg.solve(hessian + 1e-6 * np.eye(len(theta)), x.T @ (p - y))
+    return theta
+
+
+def blend(
+    model: keras.Model,
+    texts: Sequence[str],
+    labels: Sequence[int] | np.ndarray,
+) -> Blend:
+    """Mixes the attention and n-gram branches on held-out `texts`, in place.
+
+    A logistic regression of `labels` on the two branches' logits
+    (`branch_logits`) gives their weights and a bias, which are folded into
+    the classifier: the saved model outputs the calibrated mix. Run it once,
+    after `fit_ngram_branch`, on texts neither branch was trained on.
+
+    Args:
+        model: A model from `build_model(ngram_logit=True)`.
+        texts: Held-out reviews (never the test split).
+        labels: Their 0/1 labels.
+
+    Returns:
+        The `Blend`.
+    """
+    attention, score = branch_logits(model, texts)
+    a, b, c = _logistic_newton(np.stack([attention, score], 1), np.asarray(labels))
+    classifier = model.get_layer(imdb_model.CLASSIFIER)
+    kernel = keras.ops.convert_to_numpy(classifier.kernel).astype("float64")
+    bias = float(keras.ops.convert_to_numpy(classifier.bias)[0])
+    kernel[:-1] *= a
+    kernel[-1] = b
+    classifier.kernel.assign(kernel.astype(classifier.kernel.dtype))
+    classifier.bias.assign(np.array([a * bias + c], dtype=classifier.bias.dtype))
+    return Blend(float(a), float(b), float(c))
