@@ -47,6 +47,9 @@ FLOOR_IGNORES = (
     "tests/test_docs.py",
     "tests/test_install.py",
     "tests/test_lint.py",
+    # This runner's own tests: they test no Keras, and make a floor venv.
+    "tests/test_run_backends.py",
+    "tests/benchmarks",
     # keras-hub 0.32 does not import on Keras 3.7 (it needs newer Keras
     # internals, such as `keras.src.utils.backend_utils.in_grain_data_pipeline`).
     "tests/layers/test_keras_hub_suite.py",
