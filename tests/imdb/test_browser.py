@@ -10,12 +10,12 @@ a port of 127.0.0.1 that it picks itself (`--port 0`), with the tiny model of
 
 The screenshots go to pytest's temporary folder, or to the folder named by
 `KERAS_SELFATTN_SCREENSHOTS`; `KERAS_SELFATTN_BROWSER_MODEL` serves another
-model instead of the tiny one. The README's pictures were made with
+model instead of the tiny one. The docs' pictures were made with
 
-    KERAS_SELFATTN_SCREENSHOTS=docs KERAS_SELFATTN_BROWSER_MODEL=small.keras \
+    KERAS_SELFATTN_SCREENSHOTS=docs KERAS_SELFATTN_BROWSER_MODEL=imdb.keras \
         pytest -m browser
 
-where `small.keras` comes from `keras-selfattn train --limit 2000`.
+where `imdb.keras` comes from `keras-selfattn train` (the defaults).
 """
 
 from __future__ import annotations
