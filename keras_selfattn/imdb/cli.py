@@ -155,8 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--mixed-precision", "mixed_float16 on a GPU, else mixed_bfloat16",
         action="store_true")  # fmt: skip
-    add("--calibrate", "fit a temperature on the validation reviews after "
-        "training", action=argparse.BooleanOptionalAction)  # fmt: skip
+    add("--calibrate", "without the n-gram branch, fit a temperature on the "
+        "validation reviews after training (with it, the blend calibrates)",
+        action=argparse.BooleanOptionalAction)  # fmt: skip
     add("--ngram-logit", "also fit NB-LR on the review's words and word pairs "
         "after training and blend it with the attention branch",
         action=argparse.BooleanOptionalAction)  # fmt: skip

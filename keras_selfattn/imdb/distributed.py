@@ -378,7 +378,8 @@ class EpochCheckpoint(keras.callbacks.Callback):
 
 # The layers of the IMDB model (`keras_selfattn.imdb.model.build_model`) whose
 # outputs are the token ids: everything before them is string preprocessing.
-_ID_LAYERS = (imdb_model.CLIP, imdb_model.BIGRAM_CLIP)
+# The vectorizers' (not the clips'): the n-gram branch reads the whole review.
+_ID_LAYERS = (imdb_model.TEXT_VECTORIZATION, imdb_model.BIGRAM_VECTORIZATION)
 
 
 class Split(NamedTuple):

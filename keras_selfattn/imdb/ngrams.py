@@ -110,7 +110,8 @@ def minimize_lbfgs(
         memory: The number of correction pairs kept. Defaults to `10`.
 
     Returns:
-        `(x, iterations)`.
+        `(x, iterations)`: `iterations == max_iter` when it stopped there
+        before meeting `tol`.
     """
     x = np.array(x0, dtype="float64")
     f, g = fun(x)
@@ -137,9 +138,11 @@ def minimize_lbfgs(
         t = 1.0
         while True:
             f_new, g_new = fun(x + t * d)
-            if f_new <= f + 1e-4 * t * slope or t < 1e-10:
+            if np.isfinite(f_new) and f_new <= f + 1e-4 * t * slope:
                 break
             t *= 0.5
+            if t < 1e-10:  # no decrease along d: as good as it gets here
+                return x, iteration
         s, y = t * d, g_new - g
         x, f, g = x + s, f_new, g_new
         if y @ s > 1e-10 * (s @ s):
@@ -202,6 +205,8 @@ class NgramFit:
         texts: The number of training texts.
         features: The number of distinct n-grams of the model's vocabularies.
         iterations: L-BFGS's iterations.
+        max_iter: Its limit: `iterations == max_iter` means it stopped
+            there, before its tolerance.
         intercept: The regression's intercept (not part of the model: the
             blend fits its own).
         seconds: The wall time of the fit, vectorising included.
@@ -210,8 +215,18 @@ class NgramFit:
     texts: int
     features: int
     iterations: int
+    max_iter: int
     intercept: float
     seconds: float
+
+
+def _check_has_ngram_branch(model: keras.Model) -> None:
+    if imdb_model.NGRAM not in {layer.name for layer in model.layers}:
+        raise ValueError(
+            "Expected a model of `build_model(ngram_logit=True)`, with a layer "
+            f"named {imdb_model.NGRAM!r}. Received: model={model.name!r} "
+            "without one"
+        )
 
 
 def _vectorizers(model: keras.Model) -> list[keras.layers.Layer]:
@@ -251,6 +266,7 @@ def fit_ngram_branch(
         An `NgramFit`.
     """
     start = time.perf_counter()
+    _check_has_ngram_branch(model)
     ngram = model.get_layer(imdb_model.NGRAM)
     sizes = ngram.vocabulary_sizes
     labels = np.asarray(labels)
@@ -275,6 +291,7 @@ def fit_ngram_branch(
         len(labels),
         int(np.count_nonzero(np.bincount(columns, minlength=offset))),
         iterations,
+        max_iter,
         intercept,
         time.perf_counter() - start,
     )
@@ -286,6 +303,7 @@ def branch_logits(
     """The two terms of the classifier's logit, in float64, `(len(texts),)`
     each: the attention branch's (the pooled vector's part, with the bias)
     and the n-gram branch's score (before the classifier's weight of it)."""
+    _check_has_ngram_branch(model)
     classifier = model.get_layer(imdb_model.CLASSIFIER)
     features = imdb_model.classifier_inputs(model, texts, batch_size)
     kernel = keras.ops.convert_to_numpy(classifier.kernel).astype("float64")[:, 0]
@@ -296,22 +314,38 @@ def branch_logits(
 @dataclass(frozen=True)
 class Blend:
     """The mix `blend` folded into the classifier: the logit is
-    `attention * attention_logit + ngrams * ngram_score + bias`."""
+    `attention * attention_logit + ngrams * ngram_score + bias`.
+
+    Attributes:
+        attention: The attention branch's weight.
+        ngrams: The n-gram branch's weight.
+        bias: Added to the two (the attention branch's own bias included
+            in its logit).
+        fitted: Whether the mix was fitted on the held-out texts (`False`:
+            the plain sum, for too few texts of a class).
+    """
 
     attention: float
     ngrams: float
     bias: float
+    fitted: bool = True
 
 
-def _logistic_newton(z: np.ndarray, y: np.ndarray, steps: int = 30) -> np.ndarray:
+def _logistic_newton(
+    z: np.ndarray, y: np.ndarray, ridge: float = 0.01, steps: int = 30
+) -> np.ndarray:
     """Weights and last the bias of the logistic regression of `y` on the
-    columns of `z` (a few features), by Newton's method."""
+    columns of `z` (a few features), by Newton's method, with the penalty
+    `ridge * |weights|^2 / 2` (the bias is not penalised): on held-out texts
+    that a branch separates, the weights stay finite."""
     x = np.concatenate([z, np.ones((len(z), 1))], 1)
+    penalty = np.full(x.shape[1], float(ridge))
+    penalty[-1] = 1e-9
     theta = np.zeros(x.shape[1])
     for _ in range(steps):
         p = 0.5 * (1.0 + np.tanh(0.5 * (x @ theta)))
-        hessian = (x * (p * (1 - p) + 1e-9)[:, None]).T @ x
-        theta -= np.linalg.solve(hessian + 1e-6 * np.eye(len(theta)), x.T @ (p - y))
+        hessian = (x * (p * (1 - p))[:, None]).T @ x + np.diag(penalty)
+        theta -= np.linalg.solve(hessian, x.T @ (p - y) + penalty * theta)
     return theta
 
 
@@ -319,29 +353,45 @@ def blend(
     model: keras.Model,
     texts: Sequence[str],
     labels: Sequence[int] | np.ndarray,
+    *,
+    intercept: float = 0.0,
+    min_per_class: int = 10,
 ) -> Blend:
     """Mixes the attention and n-gram branches on held-out `texts`, in place.
 
     A logistic regression of `labels` on the two branches' logits
     (`branch_logits`) gives their weights and a bias, which are folded into
     the classifier: the saved model outputs the calibrated mix. Run it once,
-    after `fit_ngram_branch`, on texts neither branch was trained on.
+    after `fit_ngram_branch`, on texts neither branch was trained on. With
+    fewer than `min_per_class` texts of either class there is nothing to fit
+    the mix on: the logit is then the plain sum of the attention branch's
+    logit and NB-LR's (its score plus `intercept`).
 
     Args:
         model: A model from `build_model(ngram_logit=True)`.
         texts: Held-out reviews (never the test split).
         labels: Their 0/1 labels.
+        intercept: NB-LR's intercept (`NgramFit.intercept`), for the plain
+            sum. Defaults to `0.0`.
+        min_per_class: The fewest texts of each class the fit needs.
+            Defaults to `10`.
 
     Returns:
         The `Blend`.
     """
+    labels = np.asarray(labels)
     attention, score = branch_logits(model, texts)
-    a, b, c = _logistic_newton(np.stack([attention, score], 1), np.asarray(labels))
+    if min(np.sum(labels == 1), np.sum(labels == 0)) >= min_per_class:
+        a, b, c = _logistic_newton(np.stack([attention, score], 1), labels)
+        mix = Blend(float(a), float(b), float(c))
+    else:
+        mix = Blend(1.0, 1.0, float(intercept), fitted=False)
     classifier = model.get_layer(imdb_model.CLASSIFIER)
     kernel = keras.ops.convert_to_numpy(classifier.kernel).astype("float64")
     bias = float(keras.ops.convert_to_numpy(classifier.bias)[0])
-    kernel[:-1] *= a
-    kernel[-1] = b
+    kernel[:-1] *= mix.attention
+    kernel[-1] = mix.ngrams
     classifier.kernel.assign(kernel.astype(classifier.kernel.dtype))
-    classifier.bias.assign(np.array([a * bias + c], dtype=classifier.bias.dtype))
-    return Blend(float(a), float(b), float(c))
+    new_bias = mix.attention * bias + mix.bias
+    classifier.bias.assign(np.array([new_bias], dtype=classifier.bias.dtype))
+    return mix

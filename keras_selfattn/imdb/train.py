@@ -294,12 +294,16 @@ def _fit_and_blend(model, texts, labels, n_train: int, config: TrainConfig):
     """Fits the n-gram branch (NB-LR) on the training texts and blends it
     with the attention branch on the validation texts; logs both."""
     fit = ngrams.fit_ngram_branch(model, texts[:n_train], labels[:n_train])
+    unmet = " (stopped at the limit)" if fit.iterations >= fit.max_iter else ""
     _log(f"n-grams: NB-LR on {fit.texts} texts, {fit.features} n-grams, "
-         f"{fit.iterations} L-BFGS iterations, {fit.seconds:.0f} s")  # fmt: skip
+         f"{fit.iterations} L-BFGS iterations{unmet}, {fit.seconds:.0f} s")  # fmt: skip
     held_out = _validation_texts(texts[n_train:], labels[n_train:], config)
-    mix = ngrams.blend(model, *held_out)
+    mix = ngrams.blend(model, *held_out, intercept=fit.intercept)
+    how = (f"fitted on {len(held_out[0])} validation texts" if mix.fitted else
+           f"the plain sum: {len(held_out[0])} validation texts are too few of a "
+           "class to fit it on")  # fmt: skip
     _log(f"blend: {mix.attention:.3f} x attention + {mix.ngrams:.3f} x n-grams "
-         f"{mix.bias:+.3f}, fitted on {len(held_out[0])} validation texts")  # fmt: skip
+         f"{mix.bias:+.3f}, {how}")  # fmt: skip
     return fit, mix
 
 

@@ -219,3 +219,29 @@ def test_a_lost_worker_becomes_one_line_that_says_how_to_resume():
         distributed.stop_on_lost_worker("mirrored"),
     ):
         raise lost
+
+
+@pytest.mark.parametrize("ngram_logit", [True, False], ids=["ngram_branch", "no_ngram"])
+def test_split_halves_compute_the_whole_model(ngram_logit):
+    from keras_selfattn.imdb.model import build_model
+
+    texts = ["a fine film , fine acting", "a dull film", "dull"] * 3
+    model = build_model(
+        texts, vocab_size=20, bigram_vocab_size=20, max_len=3, head_len=1,
+        embed_dim=4, num_heads=1, intermediate_dim=4, ngram_logit=ngram_logit,
+    )  # fmt: skip
+    ngram = [layer for layer in model.layers if layer.name == "ngram_logit"]
+    if ngram:  # weights that matter, so that a wrong cut shows
+        ngram[0].kernel.assign(np.linspace(-1, 1, ngram[0].kernel.shape[0]))
+        classifier = model.get_layer("classifier")
+        classifier.kernel.assign(np.ones(classifier.kernel.shape))
+    split = distributed.split_preprocessing(model)
+    import tensorflow as tf
+
+    batch = tf.constant(texts[:3])
+    ids = split.preprocess(batch)
+    # The whole review's ids (the n-gram branch reads them unclipped).
+    assert to_numpy(ids[0]).shape == (3, 6)
+    np.testing.assert_allclose(
+        to_numpy(split.trainable(ids)), to_numpy(model(batch)), atol=1e-6
+    )

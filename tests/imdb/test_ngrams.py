@@ -82,11 +82,10 @@ def test_fit_ngram_branch_is_nb_lr():
     word = {w: weights[vocabulary.index(w)] for w in ("great", "dull", "fun", "film")}
     assert word["great"] > 0 > word["dull"]
     assert word["great"] == pytest.approx(-word["dull"], rel=1e-4)
-    assert word["fun"] == pytest.approx(0.0, abs=1e-6)  # ratio 0: no evidence
-    assert word["film"] == pytest.approx(0.0, abs=1e-6)
-    # The same as the regression on the ratio-scaled features, by hand: the
-    # vocabulary's 4 words each have 8 texts + 1 in p and q (|p|_1 = |q|_1
-    # = 20): r = log 9 for "great", -log 9 for "dull", 0 for the others.
+    # The same as the regression on the ratio-scaled features, by hand:
+    # "great" is in 8 positive texts and no negative one, "dull" the other way
+    # round (smoothing 1, |p|_1 = |q|_1): r = log 9 for "great", -log 9 for
+    # "dull"; "fun" and "film" are in 4 texts of each class: r = 0.
     r = np.log(9.0)
     columns = np.where(labels == 1, 0, 1)  # "great" in 8 texts, "dull" in 8
     values = np.where(labels == 1, r, -r)
@@ -100,23 +99,100 @@ def test_blend_folds_the_fitted_mix_into_the_classifier():
     model = build_model(texts, vocab_size=10, bigram_vocab_size=10, **SMALL)
     ngrams.fit_ngram_branch(model, texts, labels)
     attention, score = ngrams.branch_logits(model, texts)
-    mix = ngrams.blend(model, texts, labels)
+    mix = ngrams.blend(model, texts, labels, min_per_class=8)
     # The n-gram score decides these texts; the untrained attention does not.
-    assert mix.ngrams > 0
+    assert mix.fitted and mix.ngrams > 0 and mix.ngrams != 1.0
     expected = mix.attention * attention + mix.ngrams * score + mix.bias
     np.testing.assert_allclose(imdb_model.logits(model, texts), expected, atol=1e-4)
     probabilities = imdb_model.predict(model, texts)
     assert imdb_model.accuracy(probabilities, labels) == 1.0
 
 
-def test_branch_logits_sum_to_the_models_logit():
+def test_branch_logits_make_the_models_probability():
     texts, labels = _symmetric()
     model = build_model(texts, vocab_size=10, bigram_vocab_size=10, **SMALL)
     ngrams.fit_ngram_branch(model, texts, labels)
-    ngrams.blend(model, texts, labels)
+    ngrams.blend(model, texts, labels, min_per_class=8)
     attention, score = ngrams.branch_logits(model, texts)
     weight = float(np.asarray(model.get_layer(imdb_model.CLASSIFIER).kernel)[-1, 0])
+    probability = model.predict(np.array(texts, dtype=object), verbose=0)[:, 0]
     np.testing.assert_allclose(
-        attention + weight * score, imdb_model.logits(model, texts), atol=1e-6
+        1 / (1 + np.exp(-(attention + weight * score))), probability, atol=1e-5
     )
+
+
+def test_fit_ngram_branch_equals_scikit_learns_nb_lr_with_bigrams():
+    from scipy import sparse
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(0)
+    words = [
+        "good",
+        "bad",
+        "great",
+        "awful",
+        "fine",
+        "dull",
+        "fun",
+        "film",
+        "plot",
+        "cast",
+    ]
+    texts = [" ".join(rng.choice(words, int(rng.integers(2, 8)))) for _ in range(60)]
+    labels = np.array(
+        [int(sum(w in t for w in ("good", "great", "fun")) > 1) for t in texts]
+    )
+    model = build_model(texts, vocab_size=12, bigram_vocab_size=30, **SMALL)
+    fit = ngrams.fit_ngram_branch(model, texts, labels, C=0.7)
+    assert fit.iterations < fit.max_iter  # converged
+    # The same features by hand: both vocabularies side by side, ratio-scaled.
+    ngram = model.get_layer(imdb_model.NGRAM)
+    sizes = ngram.vocabulary_sizes
+    vectorizers = [
+        model.get_layer(imdb_model.TEXT_VECTORIZATION),
+        model.get_layer(imdb_model.BIGRAM_VECTORIZATION),
+    ]
+    columns, rows, ratios = [], [], []
+    for offset, size, pairs in zip(
+        np.cumsum([0, *sizes[:-1]]), sizes, ngrams.presence(vectorizers, sizes, texts),
+        strict=True,
+    ):  # fmt: skip
+        pairs = pairs[pairs[:, 1] >= 2]
+        r = ngrams.naive_bayes_ratios(pairs, labels, size)
+        r[:2] = 0.0
+        rows.append(pairs[:, 0])
+        columns.append(pairs[:, 1] + offset)
+        ratios.append(r)
+    rows, columns, ratios = map(np.concatenate, (rows, columns, ratios))
+    x = sparse.csr_matrix((ratios[columns], (rows, columns)), shape=(60, sum(sizes)))
+    reference = LogisticRegression(C=0.7, tol=1e-10, max_iter=10_000).fit(x, labels)
+    ids = [np.asarray(v(np.array(texts, dtype=object))) for v in vectorizers]
+    ours = np.asarray(ngram(ids))[:, 0] + fit.intercept
+    np.testing.assert_allclose(ours, reference.decision_function(x), atol=1e-3)
+    assert sizes[1] > 2 and np.any(np.asarray(ngram.kernel)[sizes[0] :] != 0)
+
+
+def test_blend_is_the_plain_sum_without_enough_texts_of_a_class():
+    texts, labels = _symmetric()
+    model = build_model(texts, vocab_size=10, bigram_vocab_size=10, **SMALL)
+    fit = ngrams.fit_ngram_branch(model, texts, labels)
+    attention, score = ngrams.branch_logits(model, texts)
+    positives = labels == 1  # one class only: nothing to fit a mix on
+    mix = ngrams.blend(
+        model, list(np.array(texts)[positives]), labels[positives],
+        intercept=fit.intercept,
+    )  # fmt: skip
+    assert mix == ngrams.Blend(1.0, 1.0, fit.intercept, fitted=False)
+    expected = attention + score + fit.intercept
+    np.testing.assert_allclose(imdb_model.logits(model, texts), expected, atol=1e-4)
+
+
+def test_blend_refuses_a_model_without_the_ngram_branch():
+    texts, labels = _symmetric()
+    small = {**SMALL, "ngram_logit": False}
+    model = build_model(texts, vocab_size=10, bigram_vocab_size=0, **small)
+    with pytest.raises(ValueError, match="ngram_logit=True"):
+        ngrams.blend(model, texts, labels)
+    with pytest.raises(ValueError, match="ngram_logit=True"):
+        ngrams.fit_ngram_branch(model, texts, labels)
     keras.backend.clear_session()
