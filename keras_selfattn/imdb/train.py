@@ -447,10 +447,14 @@ def _train(config: TrainConfig, strategy, extra_callbacks: list) -> TrainResult:
     if distributed.is_chief(strategy):
         _log(f"saved {out}; trained in {seconds:.0f} s")
     if loop is None:
-        test_logits = imdb_model.logits(model, dataset.test_texts)
+        if mix is not None:  # one pass over the test texts for both branches
+            attention, score = ngrams.branch_logits(model, dataset.test_texts)
+            kernel = model.get_layer(imdb_model.CLASSIFIER).kernel
+            test_logits = attention + float(np.asarray(kernel)[-1, 0]) * score
+        else:
+            test_logits = imdb_model.logits(model, dataset.test_texts)
         accuracy = imdb_model.accuracy(_sigmoid(test_logits), dataset.test_labels)
         if mix is not None:
-            attention, score = ngrams.branch_logits(model, dataset.test_texts)
             alone = [
                 imdb_model.accuracy(_sigmoid(z), dataset.test_labels)
                 for z in ((attention - mix.bias) / mix.attention, score + fit.intercept)
