@@ -5,20 +5,9 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_selfattn._validation import (
-    check_known_last_dim,
-    check_rank,
-    invalid,
-)
-from keras_selfattn.layers._common import (
-    check_block_arguments,
-    check_keras_mask,
-    clone_initializer,
-    keras_mask_of,
-    set_weight_options,
-    weight_options_config,
-    zero_padded,
-)
+from keras_selfattn._validation import check_rank, invalid
+from keras_selfattn.layers._block import TransformerBlock
+from keras_selfattn.layers._common import check_keras_mask, keras_mask_of, zero_padded
 from keras_selfattn.layers.cached_attention import CachedMultiHeadAttention
 
 
@@ -40,7 +29,7 @@ def _wrong_inputs(built_with: bool) -> ValueError:
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
-class TransformerDecoder(keras.layers.Layer):
+class TransformerDecoder(TransformerBlock):
     """One Transformer decoder block, a drop-in for keras-hub's.
 
     Shapes: `decoder_sequence` `(batch, T, hidden_dim)` and optionally
@@ -178,47 +167,29 @@ class TransformerDecoder(keras.layers.Layer):
     ):
         decoder_sequence_shape = kwargs.pop("decoder_sequence_shape", None)
         encoder_sequence_shape = kwargs.pop("encoder_sequence_shape", None)
-        check_block_arguments(
-            intermediate_dim, num_heads, dropout, attention_dropout, layer_norm_epsilon
-        )
-        super().__init__(**kwargs)
-        self.intermediate_dim = intermediate_dim
-        self.num_heads = num_heads
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        set_weight_options(
-            self,
+        super().__init__(
+            intermediate_dim,
+            num_heads,
+            dropout=dropout,
             activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon,
             kernel_initializer=kernel_initializer,
             bias_initializer=bias_initializer,
+            normalize_first=normalize_first,
+            attention_dropout=attention_dropout,
+            seed=seed,
+            **kwargs,
         )
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.normalize_first = normalize_first
-        self.seed = seed
-        self.supports_masking = True
         self._decoder_sequence_shape = None
         self._encoder_sequence_shape = None
         if decoder_sequence_shape:
             self.build(decoder_sequence_shape, encoder_sequence_shape)
 
-    def _initializers(self):
-        """Fresh initializer instances, so that no two kernels start equal."""
-        return {
-            "kernel_initializer": clone_initializer(self.kernel_initializer),
-            "bias_initializer": clone_initializer(self.bias_initializer),
-        }
-
-    def _seed(self, offset: int) -> int | None:
-        return None if self.seed is None else self.seed + offset
-
     def _attention(self, head_dim: int, offset: int, name: str, **extra):
-        rate = (
-            self.dropout if self.attention_dropout is None else self.attention_dropout
-        )
         return CachedMultiHeadAttention(
             num_heads=self.num_heads,
             key_dim=head_dim,
-            dropout=rate,
+            dropout=self._attention_rate(),
             seed=self._seed(offset),
             dtype=self.dtype_policy,
             name=name,
@@ -226,33 +197,13 @@ class TransformerDecoder(keras.layers.Layer):
             **self._initializers(),
         )
 
-    def _part(self, name: str, offset: int):
-        """A part's layer normalisation and output dropout."""
-        norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon,
-            dtype=self.dtype_policy,
-            name=f"{name}_layer_norm",
-        )
-        dropout = keras.layers.Dropout(
-            self.dropout,
-            seed=self._seed(offset),
-            dtype=self.dtype_policy,
-            name=f"{name}_dropout",
-        )
-        return norm, dropout
-
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
-        check_rank(
-            "decoder_sequence", decoder_sequence_shape, 3, "(batch, T, hidden_dim)"
+        hidden_dim = self._hidden_dim(
+            "decoder_sequence",
+            decoder_sequence_shape,
+            "(batch, T, hidden_dim)",
+            "the decoder's",
         )
-        check_known_last_dim("decoder_sequence", decoder_sequence_shape, "hidden_dim")
-        hidden_dim = decoder_sequence_shape[-1]
-        if hidden_dim % self.num_heads:
-            raise invalid(
-                "num_heads",
-                f"a divisor of the decoder's hidden_dim ({hidden_dim})",
-                self.num_heads,
-            )
         if encoder_sequence_shape is not None:
             check_rank(
                 "encoder_sequence", encoder_sequence_shape, 3, "(batch, S, features)"
@@ -263,9 +214,8 @@ class TransformerDecoder(keras.layers.Layer):
         # keras-hub's sub-layers, names and order (the order of the weights).
         self._self_attention_layer = self._attention(head_dim, 0, "self_attention")
         self._self_attention_layer.build(decoder_sequence_shape, decoder_sequence_shape)
-        self._self_attention_layer_norm, self._self_attention_dropout = self._part(
-            "self_attention", 1
-        )
+        self._self_attention_layer_norm = self._layer_norm("self_attention")
+        self._self_attention_dropout = self._dropout("self_attention", 1)
         self._self_attention_layer_norm.build(decoder_sequence_shape)
         self._cross_attention_layer = None
         if encoder_sequence_shape:
@@ -275,31 +225,16 @@ class TransformerDecoder(keras.layers.Layer):
             self._cross_attention_layer.build(
                 decoder_sequence_shape, encoder_sequence_shape
             )
-            self._cross_attention_layer_norm, self._cross_attention_dropout = (
-                self._part("cross_attention", 3)
-            )
+            self._cross_attention_layer_norm = self._layer_norm("cross_attention")
+            self._cross_attention_dropout = self._dropout("cross_attention", 3)
             self._cross_attention_layer_norm.build(decoder_sequence_shape)
-        self._feedforward_intermediate_dense = keras.layers.Dense(
-            self.intermediate_dim,
-            activation=self.activation,
-            dtype=self.dtype_policy,
-            name="feedforward_intermediate_dense",
-            **self._initializers(),
-        )
-        self._feedforward_intermediate_dense.build(decoder_sequence_shape)
-        self._feedforward_output_dense = keras.layers.Dense(
-            hidden_dim,
-            dtype=self.dtype_policy,
-            name="feedforward_output_dense",
-            **self._initializers(),
-        )
-        self._feedforward_output_dense.build(
-            (*tuple(decoder_sequence_shape[:-1]), self.intermediate_dim)
-        )
-        self._feedforward_layer_norm, self._feedforward_dropout = self._part(
-            "feedforward", 4
-        )
-        self._feedforward_layer_norm.build(decoder_sequence_shape)
+        (
+            self._feedforward_intermediate_dense,
+            self._feedforward_output_dense,
+        ) = self._feedforward_denses(hidden_dim)
+        self._feedforward_layer_norm = self._layer_norm("feedforward")
+        self._feedforward_dropout = self._dropout("feedforward", 4)
+        self._build_feedforward(decoder_sequence_shape)
 
     # ------------------------------------------------------------- masks
 
@@ -397,31 +332,27 @@ class TransformerDecoder(keras.layers.Layer):
             )
 
         # Self-attention part.
-        x = decoder_sequence
-        residual = x
-        if self.normalize_first:
-            x = self._self_attention_layer_norm(x)
         # The padding goes in as Keras masks too (a key mask, no (T, T)
         # tensor; explicit, so Keras does not put the Keras mask in instead).
         self_masks = {}
         if padding is not None and self_attention_cache is None:
             self_masks = {"query_mask": padding, "value_mask": padding}
-        result = self._self_attention_layer(
-            query=x,
-            value=x,
-            attention_mask=self_mask,
-            **self_masks,
-            cache=self_attention_cache,
-            cache_update_index=self_attention_cache_update_index,
-            training=training,
-        )
-        if self_attention_cache is None:
-            x = result
-        else:
-            x, self_attention_cache = result
-        x = self._self_attention_dropout(x, training=training) + residual
-        if not self.normalize_first:
-            x = self._self_attention_layer_norm(x)
+
+        def attend_self(x):
+            return self._self_attention_layer(
+                query=x,
+                value=x,
+                attention_mask=self_mask,
+                **self_masks,
+                cache=self_attention_cache,
+                cache_update_index=self_attention_cache_update_index,
+                training=training,
+            )
+
+        norm, dropout = self._self_attention_layer_norm, self._self_attention_dropout
+        x = self._residual(decoder_sequence, attend_self, norm, dropout, training)
+        if self_attention_cache is not None:
+            x, self_attention_cache = x
 
         # Cross-attention part.
         if has_cross_attention:
@@ -440,35 +371,26 @@ class TransformerDecoder(keras.layers.Layer):
                     cross_masks["value_mask"] = encoder_padding
                 if padding is not None:
                     cross_masks["query_mask"] = padding
-            residual = x
-            if self.normalize_first:
-                x = self._cross_attention_layer_norm(x)
-            result = self._cross_attention_layer(
-                query=x,
-                value=encoder_sequence,
-                attention_mask=cross_mask,
-                **cross_masks,
-                cache=cross_attention_cache,
-                cache_update_index=cross_attention_cache_update_index,
-                training=training,
-            )
-            if cross_attention_cache is None:
-                x = result
-            else:
-                x, cross_attention_cache = result
-            x = self._cross_attention_dropout(x, training=training) + residual
-            if not self.normalize_first:
-                x = self._cross_attention_layer_norm(x)
+
+            def attend_encoder(x):
+                return self._cross_attention_layer(
+                    query=x,
+                    value=encoder_sequence,
+                    attention_mask=cross_mask,
+                    **cross_masks,
+                    cache=cross_attention_cache,
+                    cache_update_index=cross_attention_cache_update_index,
+                    training=training,
+                )
+
+            norm = self._cross_attention_layer_norm
+            dropout = self._cross_attention_dropout
+            x = self._residual(x, attend_encoder, norm, dropout, training)
+            if cross_attention_cache is not None:
+                x, cross_attention_cache = x
 
         # Feed-forward part.
-        residual = x
-        if self.normalize_first:
-            x = self._feedforward_layer_norm(x)
-        x = self._feedforward_intermediate_dense(x)
-        x = self._feedforward_output_dense(x)
-        x = self._feedforward_dropout(x, training=training) + residual
-        if not self.normalize_first:
-            x = self._feedforward_layer_norm(x)
+        x = self._feedforward(x, training)
         if padding is not None and padding.shape[1] == x.shape[1]:
             x = zero_padded(x, padding)
 
@@ -482,20 +404,9 @@ class TransformerDecoder(keras.layers.Layer):
         return tuple(decoder_sequence_shape)
 
     def get_config(self):
-        base_config = super().get_config()
         config = {
-            "intermediate_dim": self.intermediate_dim,
-            "num_heads": self.num_heads,
-            "dropout": self.dropout,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "normalize_first": self.normalize_first,
-            "attention_dropout": self.attention_dropout,
-            "seed": self.seed,
-            **weight_options_config(
-                self, "activation", "kernel_initializer", "bias_initializer"
-            ),
             # keras-hub's: the layer builds from its config at once.
             "decoder_sequence_shape": self._decoder_sequence_shape,
             "encoder_sequence_shape": self._encoder_sequence_shape,
         }
-        return {**base_config, **config}
+        return {**super().get_config(), **config}

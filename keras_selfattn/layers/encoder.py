@@ -5,21 +5,9 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_selfattn._validation import (
-    check_known_last_dim,
-    check_one_of,
-    check_rank,
-    invalid,
-)
-from keras_selfattn.layers._common import (
-    check_block_arguments,
-    check_keras_mask,
-    clone_initializer,
-    keras_mask_of,
-    set_weight_options,
-    weight_options_config,
-    zero_padded,
-)
+from keras_selfattn._validation import check_one_of, check_rank, invalid
+from keras_selfattn.layers._block import TransformerBlock
+from keras_selfattn.layers._common import check_keras_mask, keras_mask_of, zero_padded
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 
 # The attention layers a block can be built on (same constructor and weights).
@@ -65,7 +53,7 @@ def _old_name(new_name: str) -> property:
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
-class TransformerEncoder(keras.layers.Layer):
+class TransformerEncoder(TransformerBlock):
     """One Transformer encoder block, a drop-in for keras-hub's.
 
     Shapes: `(batch, seq, hidden_dim)` in, `(batch, seq, hidden_dim)` out;
@@ -192,91 +180,43 @@ class TransformerEncoder(keras.layers.Layer):
                 f"one of {', '.join(map(repr, _ATTENTION_LAYERS))}",
                 attention,
             )
-        check_block_arguments(
-            intermediate_dim, num_heads, dropout, attention_dropout, layer_norm_epsilon
-        )
-        super().__init__(**kwargs)
-        self.intermediate_dim = intermediate_dim
-        self.num_heads = num_heads
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        set_weight_options(
-            self,
+        super().__init__(
+            intermediate_dim,
+            num_heads,
+            dropout=dropout,
             activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon,
             kernel_initializer=kernel_initializer,
             bias_initializer=bias_initializer,
+            normalize_first=normalize_first,
+            attention_dropout=attention_dropout,
+            seed=seed,
+            **kwargs,
         )
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.normalize_first = normalize_first
-        self.seed = seed
         self.attention = attention
-        self.supports_masking = True
         self._weights_order = "keras_hub"
 
-    def _initializers(self):
-        """Fresh initializer instances, so that no two kernels start equal."""
-        return {
-            "kernel_initializer": clone_initializer(self.kernel_initializer),
-            "bias_initializer": clone_initializer(self.bias_initializer),
-        }
-
     def build(self, inputs_shape):
-        check_rank("inputs", inputs_shape, 3, "(batch, seq, hidden_dim)")
-        hidden_dim = inputs_shape[-1]
-        check_known_last_dim("inputs", inputs_shape, "hidden_dim")
-        if hidden_dim % self.num_heads:
-            raise invalid(
-                "num_heads",
-                f"a divisor of the input's hidden_dim ({hidden_dim})",
-                self.num_heads,
-            )
-        policy = self.dtype_policy
-        seed = None if self.seed is None else self.seed + 1
-        attention_dropout = (
-            self.dropout if self.attention_dropout is None else self.attention_dropout
+        hidden_dim = self._hidden_dim(
+            "inputs", inputs_shape, "(batch, seq, hidden_dim)", "the input's"
         )
+        intermediate, output = self._feedforward_denses(hidden_dim)
         layers = {
             "_self_attention_layer": _ATTENTION_LAYERS[self.attention](
                 num_heads=self.num_heads,
                 key_dim=hidden_dim // self.num_heads,
-                dropout=attention_dropout,
-                seed=self.seed,
-                dtype=policy,
+                dropout=self._attention_rate(),
+                seed=self._seed(0),
+                dtype=self.dtype_policy,
                 name="self_attention_layer",
                 **self._initializers(),
             ),
-            "_self_attention_layer_norm": keras.layers.LayerNormalization(
-                epsilon=self.layer_norm_epsilon,
-                dtype=policy,
-                name="self_attention_layer_norm",
-            ),
-            "_self_attention_dropout": keras.layers.Dropout(
-                self.dropout, seed=seed, dtype=policy, name="self_attention_dropout"
-            ),
-            "_feedforward_layer_norm": keras.layers.LayerNormalization(
-                epsilon=self.layer_norm_epsilon,
-                dtype=policy,
-                name="feedforward_layer_norm",
-            ),
-            "_feedforward_intermediate_dense": keras.layers.Dense(
-                self.intermediate_dim,
-                activation=self.activation,
-                dtype=policy,
-                name="feedforward_intermediate_dense",
-                **self._initializers(),
-            ),
-            "_feedforward_output_dense": keras.layers.Dense(
-                hidden_dim,
-                dtype=policy,
-                name="feedforward_output_dense",
-                **self._initializers(),
-            ),
-            "_feedforward_dropout": keras.layers.Dropout(
-                self.dropout,
-                seed=None if seed is None else seed + 1,
-                dtype=policy,
-                name="feedforward_dropout",
-            ),
+            "_self_attention_layer_norm": self._layer_norm("self_attention"),
+            "_self_attention_dropout": self._dropout("self_attention", 1),
+            "_feedforward_layer_norm": self._layer_norm("feedforward"),
+            "_feedforward_intermediate_dense": intermediate,
+            "_feedforward_output_dense": output,
+            "_feedforward_dropout": self._dropout("feedforward", 2),
         }
         # Keras tracks sub-layers in the order they are set, and that is the
         # order of the weights (and of an optimizer's slots): keras-hub's, or
@@ -286,11 +226,7 @@ class TransformerEncoder(keras.layers.Layer):
             setattr(self, name, layers[name])
         self._self_attention_layer.build(inputs_shape, inputs_shape)
         self._self_attention_layer_norm.build(inputs_shape)
-        self._feedforward_layer_norm.build(inputs_shape)
-        self._feedforward_intermediate_dense.build(inputs_shape)
-        self._feedforward_output_dense.build(
-            (*tuple(inputs_shape[:-1]), self.intermediate_dim)
-        )
+        self._build_feedforward(inputs_shape)
 
     def _check_call(self, inputs, padding_mask, attention_mask, mask) -> None:
         check_rank("inputs", inputs.shape, 3, "(batch, seq, hidden_dim)")
@@ -323,34 +259,24 @@ class TransformerEncoder(keras.layers.Layer):
         if padding is not None:
             padding = ops.cast(padding, "bool")
         inputs = zero_padded(inputs, padding)  # Padding may hold NaN or inf.
-        # Self-attention part.
-        residual = inputs
-        x = inputs
-        if self.normalize_first:
-            x = self._self_attention_layer_norm(x)
-        result = self._self_attention_layer(
-            x,
-            x,
-            query_mask=padding,
-            value_mask=padding,
-            attention_mask=attention_mask,
-            training=training,
-            return_attention_scores=return_attention_scores,
-            use_causal_mask=use_causal_mask,
-        )
+
+        # Self-attention part, then the feed-forward part.
+        def attend(x):
+            return self._self_attention_layer(
+                x,
+                x,
+                query_mask=padding,
+                value_mask=padding,
+                attention_mask=attention_mask,
+                training=training,
+                return_attention_scores=return_attention_scores,
+                use_causal_mask=use_causal_mask,
+            )
+
+        norm, dropout = self._self_attention_layer_norm, self._self_attention_dropout
+        result = self._residual(inputs, attend, norm, dropout, training)
         x, scores = result if return_attention_scores else (result, None)
-        x = self._self_attention_dropout(x, training=training) + residual
-        if not self.normalize_first:
-            x = self._self_attention_layer_norm(x)
-        # Feed-forward part.
-        residual = x
-        if self.normalize_first:
-            x = self._feedforward_layer_norm(x)
-        x = self._feedforward_intermediate_dense(x)
-        x = self._feedforward_output_dense(x)
-        x = self._feedforward_dropout(x, training=training) + residual
-        if not self.normalize_first:
-            x = self._feedforward_layer_norm(x)
+        x = self._feedforward(x, training)
         x = zero_padded(x, padding)
         if return_attention_scores:
             return x, scores
@@ -383,22 +309,8 @@ class TransformerEncoder(keras.layers.Layer):
         return output, scores
 
     def get_config(self):
-        base_config = super().get_config()
-        config = {
-            "intermediate_dim": self.intermediate_dim,
-            "num_heads": self.num_heads,
-            "dropout": self.dropout,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "normalize_first": self.normalize_first,
-            "attention_dropout": self.attention_dropout,
-            "seed": self.seed,
-            "attention": self.attention,
-            **weight_options_config(
-                self, "activation", "kernel_initializer", "bias_initializer"
-            ),
-            "weights_order": self._weights_order,
-        }
-        return {**base_config, **config}
+        config = {"attention": self.attention, "weights_order": self._weights_order}
+        return {**super().get_config(), **config}
 
     @classmethod
     def from_config(cls, config):
