@@ -9,7 +9,9 @@ keras-hub's attention (Keras's) and converted
 on the kernel's chunked path whatever the length; without `chunk_size` the
 kernel would take it only beyond its memory budget). Each (attention, length) runs in
 a fresh process: its peak memory (`ru_maxrss`) beside the after-import
-baseline, and the step time, the median of `--steps` after one warm-up.
+baseline, and the step time, the median of `--steps` after one warm-up
+(`--steps 0`: the warm-up step alone, tracing included, for lengths where
+one step takes many minutes).
 The child checks which path ran (the calls of the kernel's chunked path).
 Then the longest trainable context of each within `--limit-gb`: estimated
 from the measured memory growth and confirmed by a run at the estimate (15%
@@ -104,7 +106,9 @@ def child(args) -> dict:
         optimizer.apply(tape.gradient(loss, variables), variables)
         return loss
 
+    start = time.perf_counter()
     float(step())  # warm-up: traces and builds the optimizer
+    first = time.perf_counter() - start
     times = []
     for _ in range(args.steps):
         start = time.perf_counter()
@@ -114,8 +118,10 @@ def child(args) -> dict:
     return {
         "baseline_bytes": baseline,
         "peak_bytes": peak,
-        "median_step_s": statistics.median(times),
+        # With --steps 0 the first step (tracing included) is the only one.
+        "median_step_s": statistics.median(times or [first]),
         "step_s": times,
+        "first_step_s": first,
         "converted_layers": converted,
         # Traced once: one entry per attention layer that took the chunked path.
         "chunked_path_blocks": sorted(set(chunks)),
@@ -283,7 +289,7 @@ def _line(r: dict) -> str:
     )
     return head + (
         f"peak {r['peak_bytes'] / GB:.2f} GB (baseline {r['baseline_bytes'] / GB:.2f}),"
-        f" step {r['median_step_s']:.3f} s, {path}"
+        f" step {r['median_step_s']:.3f} s{'' if r['step_s'] else ' (first)'}, {path}"
     )
 
 
@@ -297,7 +303,9 @@ def main(argv=None) -> None:
     parser.add_argument("--intermediate", type=int, default=1024)
     parser.add_argument("--vocabulary", type=int, default=512)
     parser.add_argument("--chunk-size", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument(
+        "--steps", type=int, default=3, help="timed steps after the warm-up (0: none)"
+    )
     parser.add_argument("--limit-gb", type=float, default=16.0)
     parser.add_argument("--timeout", type=float, default=None)
     parser.add_argument("--confirm-tries", type=int, default=3)

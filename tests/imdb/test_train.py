@@ -7,12 +7,13 @@ import importlib.util
 import inspect
 
 import keras
+import numpy as np
 import pytest
 
 from keras_selfattn.imdb import model as imdb_model
 from keras_selfattn.imdb.model import DEFAULTS
 from keras_selfattn.imdb.train import TrainConfig, TrainResult, train
-from tests.helpers import write_acl
+from tests.helpers import write_acl, write_reviews
 
 pytestmark = pytest.mark.tensorflow_only
 
@@ -141,6 +142,45 @@ def test_train_leaves_the_global_dtype_policy_as_it_found_it(tmp_path, capsys):
     assert lines[0].startswith("device: ") and lines[1].startswith("mixed precision")
     assert any(line.startswith("calibration: temperature ") for line in lines)
     assert imdb_model.NGRAM not in {layer.name for layer in result.model.layers}
+    assert lines[-1] == f"test accuracy: {result.accuracy:.4f}"
+
+
+def test_the_default_model_trains_in_mixed_precision_with_its_blend(tmp_path, capsys):
+    # The default (n-gram branch on) in mixed precision: NB-LR is fitted,
+    # the blend too (25 validation texts and their crops: enough of each
+    # class), and what it predicts is finite and survives a save and load.
+    words = {"pos": ["great", "superb", "loved"], "neg": ["awful", "boring", "hated"]}
+    for split, n in (("train", 256), ("test", 16)):
+        reviews = {
+            label: [
+                f"Seen on day {i}: {mood[i % 3]}, {mood[i // 3 % 3]}." for i in range(n)
+            ]
+            for label, mood in words.items()
+        }  # distinct texts, so that the validation split holds both classes
+        write_reviews(tmp_path / "acl", split, reviews)
+    config = TrainConfig(
+        data=str(tmp_path / "acl"),
+        out=tmp_path / "m.keras",
+        mixed_precision=True,
+        **TINY,
+    )
+    assert config.ngram_logit  # the default
+    result = train(config)
+    assert keras.config.dtype_policy().name == "float32"
+    encoder = result.model.get_layer(f"{imdb_model.ENCODER}_0")
+    assert encoder.dtype_policy.name.startswith("mixed_")  # bfloat16 on a CPU
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert any(line.startswith("n-grams: NB-LR on 486 texts") for line in lines)
+    blend = [line for line in lines if line.startswith("blend: ")]
+    assert len(blend) == 1 and "fitted on 52 validation texts" in blend[0], blend
+    texts = ["Seen on day 7: superb, loved.", "Seen on day 7: awful, hated."]
+    probabilities = imdb_model.predict(result.model, texts)
+    assert np.all(np.isfinite(probabilities))
+    assert probabilities[0] > 0.5 > probabilities[1]  # the easy synthetic reviews
+    loaded = keras.models.load_model(result.path)
+    np.testing.assert_allclose(
+        imdb_model.predict(loaded, texts), probabilities, atol=1e-6
+    )
     assert lines[-1] == f"test accuracy: {result.accuracy:.4f}"
 
 
