@@ -230,28 +230,41 @@ def predicted_bytes(impl: str, batch: int, n: int, dim: int) -> float:
     `plan_attention` chooses under the current memory budget (its measured
     bytes per element).
     """
-    import keras
-
     from keras_selfattn import attention
 
     n = n * n if _IMAGE else n  # positions
     linear = 40 * batch * n * dim * 4
     if impl == "keras":
         return linear + 5 * batch * _HEADS * n * n * 4
-    plan = attention.plan_attention(
+    plan = our_plan(batch, n, dim)
+    if plan.path != "chunked":
+        return linear + plan.footprint
+    block = batch * _HEADS * n * plan.chunk_size
+    return linear + block * attention.CHUNK_BYTES_PER_ELEMENT
+
+
+def our_plan(batch: int, positions: int, dim: int):
+    """The path our kernel takes for self-attention over `positions`."""
+    import keras
+
+    from keras_selfattn import attention
+
+    return attention.plan_attention(
         batch=batch,
         heads=_HEADS,
-        q_len=n,
-        k_len=n,
+        q_len=positions,
+        k_len=positions,
         dim=dim // _HEADS,
         value_dim=dim // _HEADS,
         backend=keras.backend.backend(),
         memory_budget=attention.memory_budget(),
     )
-    if plan.path != "chunked":
-        return linear + plan.footprint
-    block = batch * _HEADS * n * plan.chunk_size
-    return linear + block * attention.CHUNK_BYTES_PER_ELEMENT
+
+
+def _path_words(plan) -> str:
+    if plan.path == "chunked":
+        return f"chunked ({plan.chunk_size})"
+    return plan.path
 
 
 def _mem_available() -> float:
@@ -438,13 +451,18 @@ def run_sweep(args) -> dict:
     the two layers alternating for `--steps` steps (the row's time is the
     median over repeats of each process's median), and one fresh memory
     process per layer (peak RSS); Keras is reported as "did not fit" where
-    its predicted peak passes `--limit-gb`. Ratios are ours / Keras.
+    its predicted peak passes `--limit-gb`, and ours is then timed in
+    `--sweep-solo-repeats` processes of `--sweep-solo-steps` steps (there is
+    no ratio to take). Ratios are
+    ours / Keras; the path is the one `plan_attention` chose for ours.
     """
     ours = args.sweep_impl
     limit = args.limit_gb * GB
     command = shlex.join(["python", "benchmarks/attention.py", *sys.argv[1:]])
     print(f"# Attention sweep\n\nMachine: {_machine()}\n\nVersions: {_versions()}\n")
     print(f"Command: `{command}`\n", flush=True)
+    matmul = _spawn(["--child", "matmul"])
+    print(f"tf.matmul float32 4096^3 at the start: {matmul}", flush=True)
     rows = []
     for batch in (int(b) for b in args.sweep_batches.split(",")):
         for n in (int(n) for n in args.lengths.split(",")):
@@ -454,18 +472,29 @@ def run_sweep(args) -> dict:
                 for impl in (ours, "keras")
                 if predicted_bytes(impl, batch, n, args.dim) <= budget
             ]
-            row = {"batch": batch, "n": n, "ms": {}, "peak_gb": {}}
+            plan = our_plan(batch, n * n if args.image else n, args.dim)
+            row = {"batch": batch, "n": n, "path": _path_words(plan)}
+            row.update(ms={}, peak_gb={}, baseline_gb={})
             medians = {impl: [] for impl in fits}
-            for _ in range(args.sweep_repeats if fits else 0):
+            row["keras_fits"] = "keras" in fits
+            repeats, steps = (
+                (args.sweep_repeats, args.steps)
+                if row["keras_fits"]
+                else (args.sweep_solo_repeats, args.sweep_solo_steps)
+            )
+            for _ in range(repeats if fits else 0):
                 result = _spawn(
                     [
                         "--child", "time", "--impls", ",".join(fits),
                         "--batch", str(batch), "--n", str(n), "--dim", str(args.dim),
-                        "--steps", str(args.steps), "--limit-gb", str(budget / GB),
+                        "--steps", str(steps), "--limit-gb", str(budget / GB),
                     ]
                 )  # fmt: skip
+                if "error" in result:
+                    row.setdefault("errors", []).append(result["error"])
                 for impl, times in result.get("times_s", {}).items():
                     medians[impl].append(statistics.median(times))
+            row["repeats"], row["steps"] = (repeats, steps) if fits else (0, 0)
             for impl in fits:
                 if medians[impl]:
                     row["ms"][impl] = 1e3 * statistics.median(medians[impl])
@@ -478,21 +507,42 @@ def run_sweep(args) -> dict:
                 )  # fmt: skip
                 if "peak_bytes" in peak:
                     row["peak_gb"][impl] = peak["peak_bytes"] / GB
+                    row["baseline_gb"][impl] = peak["baseline_bytes"] / GB
             rows.append(row)
             print(json.dumps(row), flush=True)
-    header = f"| batch | n | {IMPLS[ours]} ms | Keras ms | time ratio | memory ratio |"
-    lines = [header, "|---|---|---|---|---|---|"]
+    matmul_end = _spawn(["--child", "matmul"])
+    print(f"tf.matmul float32 4096^3 at the end: {matmul_end}", flush=True)
+    print("\n" + sweep_markdown(rows, ours, args))
+    return {"command": command, "matmul": [matmul, matmul_end], "rows": rows}
+
+
+def sweep_markdown(rows: list[dict], ours: str, args) -> str:
+    """The sweep's table: one row per (batch, n)."""
+    header = (
+        f"| batch | n | path (ours) | {IMPLS[ours]} ms | Keras ms | time ratio "
+        "| peak GB: ours, Keras | memory ratio (above baseline) |"
+    )
+    lines = [
+        f"{_shape_words(args)}; width {args.dim}, {args.heads} heads; forward + "
+        f"backward under `tf.function`; time: median over processes of each "
+        f"one's median of {args.steps} alternating steps; peak RSS of a fresh "
+        "process per layer. Ratios are ours / Keras.",
+        "",
+        header,
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
-        ms, peaks = row["ms"], row["peak_gb"]
+        ms, peaks, base = row["ms"], row["peak_gb"], row["baseline_gb"]
         keras_ms = ms.get("keras")
+        above = {impl: peaks[impl] - base[impl] for impl in peaks}
         lines.append(
-            f"| {row['batch']} | {row['n']} | {_fmt(ms.get(ours))} | "
-            f"{'did not fit' if keras_ms is None else _fmt(keras_ms)} | "
+            f"| {row['batch']} | {row['n']} | {row['path']} | {_fmt(ms.get(ours))} | "
+            f"{_fmt(keras_ms) if row['keras_fits'] else 'did not fit'} | "
             f"{_fmt(_ratio(ms.get(ours), keras_ms), '.2f')} | "
-            f"{_fmt(_ratio(peaks.get(ours), peaks.get('keras')), '.2f')} |"
+            f"{_fmt(peaks.get(ours), '.2f')}, {_fmt(peaks.get('keras'), '.2f')} | "
+            f"{_fmt(_ratio(above.get(ours), above.get('keras')), '.2f')} |"
         )
-    print("\n" + "\n".join(lines))
-    return {"command": command, "rows": rows}
+    return "\n".join(lines)
 
 
 def _shape_words(args) -> str:
@@ -644,6 +694,18 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--sweep-batches", default="8,2")
     parser.add_argument("--sweep-repeats", type=int, default=3)
+    parser.add_argument(
+        "--sweep-solo-repeats",
+        type=int,
+        default=1,
+        help="timing processes of a row where Keras does not fit",
+    )
+    parser.add_argument(
+        "--sweep-solo-steps",
+        type=int,
+        default=1,
+        help="timed steps per process of a row where Keras does not fit",
+    )
     parser.add_argument("--sweep-impl", default="mha", choices=["mha", "selfattention"])
     parser.add_argument("--child", choices=["matmul", "time", "memory"])
     parser.add_argument("--n", type=int)

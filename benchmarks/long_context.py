@@ -11,7 +11,8 @@ kernel would take it only beyond its memory budget). Each (attention, length) ru
 a fresh process: its peak memory (`ru_maxrss`) beside the after-import
 baseline, and the step time, the median of `--steps` after one warm-up
 (`--steps 0`: the warm-up step alone, tracing included, for lengths where
-one step takes many minutes).
+one step takes many minutes; `--long-steps` from `--long-from` tokens, by
+default 0 from 16,384).
 The child checks which path ran (the calls of the kernel's chunked path).
 Then the longest trainable context of each within `--limit-gb`: estimated
 from the measured memory growth and confirmed by a run at the estimate (15%
@@ -141,6 +142,7 @@ def _spawn(impl: str, n: int, args, timeout: float | None) -> dict:
         "--n",
         str(n),
         *_model_args(args),
+        f"--steps={args.long_steps if n >= args.long_from else args.steps}",
     ]
     env = {
         **os.environ,
@@ -167,7 +169,6 @@ def _model_args(args) -> list[str]:
         f"--intermediate={args.intermediate}",
         f"--vocabulary={args.vocabulary}",
         f"--chunk-size={args.chunk_size}",
-        f"--steps={args.steps}",
         f"--limit-gb={args.limit_gb}",
     ]
 
@@ -306,6 +307,10 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--steps", type=int, default=3, help="timed steps after the warm-up (0: none)"
     )
+    parser.add_argument(
+        "--long-steps", type=int, default=0, help="--steps from --long-from tokens"
+    )
+    parser.add_argument("--long-from", type=int, default=16384)
     parser.add_argument("--limit-gb", type=float, default=16.0)
     parser.add_argument("--timeout", type=float, default=None)
     parser.add_argument("--confirm-tries", type=int, default=3)
