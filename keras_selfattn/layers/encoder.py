@@ -200,7 +200,8 @@ class TransformerEncoder(TransformerBlock):
         hidden_dim = self._hidden_dim(
             "inputs", inputs_shape, "(batch, seq, hidden_dim)", "the input's"
         )
-        intermediate, output = self._feedforward_denses(hidden_dim)
+        # Created in keras-hub's order: an unseeded initializer or dropout
+        # draws its seed when it is made, so the order fixes the start.
         layers = {
             "_self_attention_layer": _ATTENTION_LAYERS[self.attention](
                 num_heads=self.num_heads,
@@ -214,10 +215,12 @@ class TransformerEncoder(TransformerBlock):
             "_self_attention_layer_norm": self._layer_norm("self_attention"),
             "_self_attention_dropout": self._dropout("self_attention", 1),
             "_feedforward_layer_norm": self._layer_norm("feedforward"),
-            "_feedforward_intermediate_dense": intermediate,
-            "_feedforward_output_dense": output,
-            "_feedforward_dropout": self._dropout("feedforward", 2),
         }
+        (
+            layers["_feedforward_intermediate_dense"],
+            layers["_feedforward_output_dense"],
+        ) = self._feedforward_denses(hidden_dim)
+        layers["_feedforward_dropout"] = self._dropout("feedforward", 2)
         # Keras tracks sub-layers in the order they are set, and that is the
         # order of the weights (and of an optimizer's slots): keras-hub's, or
         # 0.1's for a layer loaded from a 0.1 file.
