@@ -239,3 +239,48 @@ def assert_padding_ignored(attention: Callable, rng, **options) -> None:
     # Padded queries as well: the real queries' outputs do not change.
     got = to_numpy(fn(poisoned(q), poisoned(k), poisoned(v)))
     np.testing.assert_allclose(got[padding_mask], want[padding_mask], atol=1e-6)
+
+
+def traced_shapes(fn: Callable, *args, dtype=None, variables=()) -> list[list[int]]:
+    """The static shape of every tensor in the TensorFlow graph of `fn(*args)`
+    and its gradient (with respect to the floating `args` and `variables`),
+    nested function bodies (the block loop) included; only the tensors of
+    `dtype` (a `tf.DType`) if given."""
+    import tensorflow as tf
+
+    @tf.function
+    def run(*tensors):
+        sources = [t for t in tensors if t.dtype.is_floating] + list(variables)
+        with tf.GradientTape() as tape:
+            tape.watch([t for t in tensors if t.dtype.is_floating])
+            out = fn(*tensors)
+        return tape.gradient(tf.reduce_sum(out), sources) if sources else out
+
+    graph = run.get_concrete_function(*(tf.constant(a) for a in args)).graph
+    shapes, graphs, seen = [], [graph], set()
+    while graphs:
+        g = graphs.pop()
+        for op in g.get_operations():
+            shapes += [
+                t.shape.as_list()
+                for t in op.outputs
+                if t.shape.rank and (dtype is None or t.dtype == dtype)
+            ]
+        for function in getattr(g, "_functions", {}).values():
+            if id(function.graph) not in seen:
+                seen.add(id(function.graph))
+                graphs.append(function.graph)
+    return shapes
+
+
+def query_by_key(shapes, q_len: int, k_lens) -> list[list[int]]:
+    """The shapes with a query axis and a key axis (q_len may be a k_len)."""
+
+    def has_both(shape):
+        rest = list(shape)
+        if q_len not in rest:
+            return False
+        rest.remove(q_len)
+        return any(k in rest for k in k_lens)
+
+    return [s for s in shapes if has_both(s)]

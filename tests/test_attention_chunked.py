@@ -12,9 +12,21 @@ import numpy as np
 import pytest
 
 import keras_selfattn.attention as attention_module
-from keras_selfattn import MultiHeadAttention, SelfAttention
+from keras_selfattn import (
+    CachedMultiHeadAttention,
+    MultiHeadAttention,
+    SelfAttention,
+    TransformerDecoder,
+)
 from keras_selfattn import scaled_dot_product_attention as sdpa
-from tests.helpers import BACKEND, assert_padding_ignored, output_and_grads, to_numpy
+from tests.helpers import (
+    BACKEND,
+    assert_padding_ignored,
+    output_and_grads,
+    query_by_key,
+    to_numpy,
+    traced_shapes,
+)
 from tests.reference import reference_attention
 
 ATOL = 1e-5
@@ -439,49 +451,6 @@ def test_training_memory_is_far_below_one_weight_matrix(subprocess_env):
 # ---------------------------------------------- no (q_len, k_len) from padding
 
 
-def _traced_shapes(fn, *args, dtype=None):
-    """The static shape of every tensor in the TensorFlow graph of `fn(*args)`
-    and its gradient, nested function bodies (the block loop) included; only
-    the tensors of `dtype` (a `tf.DType`) if given."""
-    import tensorflow as tf
-
-    @tf.function
-    def run(*tensors):
-        with tf.GradientTape() as tape:
-            tape.watch([t for t in tensors if t.dtype.is_floating])
-            out = fn(*tensors)
-        return tape.gradient(tf.reduce_sum(out), tensors[0])
-
-    graph = run.get_concrete_function(*(tf.constant(a) for a in args)).graph
-    shapes, graphs, seen = [], [graph], set()
-    while graphs:
-        g = graphs.pop()
-        for op in g.get_operations():
-            shapes += [
-                t.shape.as_list()
-                for t in op.outputs
-                if t.shape.rank and (dtype is None or t.dtype == dtype)
-            ]
-        for function in getattr(g, "_functions", {}).values():
-            if id(function.graph) not in seen:
-                seen.add(id(function.graph))
-                graphs.append(function.graph)
-    return shapes
-
-
-def _query_by_key(shapes, q_len, k_lens):
-    """The shapes with a query axis and a key axis (q_len may be a k_len)."""
-
-    def has_both(shape):
-        rest = list(shape)
-        if q_len not in rest:
-            return False
-        rest.remove(q_len)
-        return any(k in rest for k in k_lens)
-
-    return [s for s in shapes if has_both(s)]
-
-
 @pytest.mark.tensorflow_only
 def test_padding_builds_no_query_by_key_tensor_on_the_chunked_path(rng):
     # Lengths no other dimension shares: 37 queries, 53 keys (56 in blocks of 8).
@@ -492,8 +461,8 @@ def test_padding_builds_no_query_by_key_tensor_on_the_chunked_path(rng):
     def with_key_mask(q, k, v, padding_mask):
         return sdpa(q, k, v, padding_mask=padding_mask, causal=True, chunk_size=8)
 
-    assert not _query_by_key(
-        _traced_shapes(with_key_mask, q, k, v, padding_mask), 37, lengths
+    assert not query_by_key(
+        traced_shapes(with_key_mask, q, k, v, padding_mask), 37, lengths
     )
 
     # The detector sees such a tensor where one is built: the same padding
@@ -502,47 +471,64 @@ def test_padding_builds_no_query_by_key_tensor_on_the_chunked_path(rng):
         mask = padding_mask[:, None, None, :] & keras.ops.ones((37, 1), "bool")
         return sdpa(q, k, v, mask, chunk_size=8)
 
-    assert _query_by_key(
-        _traced_shapes(with_full_mask, q, k, v, padding_mask), 37, lengths
+    assert query_by_key(
+        traced_shapes(with_full_mask, q, k, v, padding_mask), 37, lengths
     )
 
 
 def _masked_layer(kind, chunk_size):
-    """A layer of the package on 37 embedded tokens, padding id 0 masked."""
+    """A layer of the package on 37 embedded tokens, padding id 0 masked;
+    causal where the layer can be."""
     if kind == "SelfAttention":
         attention = SelfAttention(8, num_heads=2, chunk_size=chunk_size)
-    else:
+    elif kind == "MultiHeadAttention":
         attention = MultiHeadAttention(2, 4, chunk_size=chunk_size)
+    elif kind == "CachedMultiHeadAttention":
+        attention = CachedMultiHeadAttention(2, 4, chunk_size=chunk_size)
+    else:  # causal by default; its attention takes the block's chunk size
+        attention = TransformerDecoder(16, 2)
+        attention.build((None, 37, 8))
+        attention._self_attention_layer._chunk_size = chunk_size
     embedding = keras.layers.Embedding(10, 8, mask_zero=True)
 
     def call(ids):
         x = embedding(ids)
-        if kind == "SelfAttention":
+        if kind in ("SelfAttention", "TransformerDecoder"):
             return attention(x)
         return attention(x, x, use_causal_mask=True)
 
-    return call
+    return call, attention
 
 
 @pytest.mark.tensorflow_only
-@pytest.mark.parametrize("kind", ["SelfAttention", "MultiHeadAttention"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "SelfAttention",
+        "MultiHeadAttention",
+        "CachedMultiHeadAttention",
+        "TransformerDecoder",
+    ],
+)
 @pytest.mark.parametrize("chunk_size", [None, 8], ids=["plain", "chunked"])
 def test_layers_build_no_query_by_key_mask_from_a_keras_mask(rng, kind, chunk_size):
     # 3 sequences of 37 tokens (40 in blocks of 8), 20 real in the first: the
     # Keras mask travels as a (batch, k_len) padding mask. The chunked path
     # builds no (q_len, k_len) tensor at all; the plain path builds the weights
-    # and MultiHeadAttention's causal rule (1, 1, q_len, k_len), but no boolean
-    # (batch, ..., q_len, k_len) mask from the padding.
+    # and the causal rule (1, 1, q_len, k_len), but no boolean
+    # (batch, ..., q_len, k_len) mask from the padding. The decoder block is
+    # causal as a flag too (keras-hub's builds a (batch, T, T) int32 mask).
     import tensorflow as tf
 
     ids = rng.integers(1, 10, size=(3, 37))
     ids[0, 20:] = 0
-    call = _masked_layer(kind, chunk_size)
+    call, layer = _masked_layer(kind, chunk_size)
     call(ids)  # builds the layers
+    weights = layer.trainable_variables  # the backward pass is traced too
     if chunk_size:
-        shapes = _traced_shapes(call, ids)
-        assert not _query_by_key(shapes, 37, (37, 40))
+        shapes = traced_shapes(call, ids, variables=weights)
+        assert not query_by_key(shapes, 37, (37, 40))
     else:
-        shapes = _traced_shapes(call, ids, dtype=tf.bool)
-        assert not [s for s in _query_by_key(shapes, 37, (37,)) if 3 in s]
+        shapes = traced_shapes(call, ids, dtype=tf.bool, variables=weights)
+        assert not [s for s in query_by_key(shapes, 37, (37,)) if 3 in s]
     assert [3, 37] in shapes  # the detector saw the Keras mask

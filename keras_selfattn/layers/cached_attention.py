@@ -46,6 +46,11 @@ class CachedMultiHeadAttention(MultiHeadAttention):
     position outputs zeros. With a `cache` they are not read (they would
     cover the new entries only), as in keras-hub. A query row that may
     attend to no key outputs zeros (keras-hub outputs an average there).
+    `use_causal_mask=True` (an argument keras-hub's layer lacks) makes it
+    causal: without a `cache` as a flag to the kernel, so that no `(T, S)`
+    tensor is built and the chunked path keeps memory linear in `S`; with a
+    `cache` as the `(1, T, S)` mask whose rows start at `cache_update_index`
+    (query `i` sees key `j` when `j <= cache_update_index + i`).
 
     Args:
         num_heads: Positive integer, the number of attention heads.
@@ -75,6 +80,9 @@ class CachedMultiHeadAttention(MultiHeadAttention):
             Read only without a `cache`. Defaults to `None`.
         value_mask: Optional boolean `(B, S)`. Defaults to `None`.
         key_mask: Optional boolean `(B, S)`. Defaults to `None`.
+        use_causal_mask: Boolean, causal attention (see Masking); combines
+            with `attention_mask`. Defaults to `False` (as keras-hub's layer,
+            which takes its causal mask as `attention_mask`).
 
     Returns:
         `attention_output`, `(attention_output, attention_scores)`,
@@ -109,6 +117,7 @@ class CachedMultiHeadAttention(MultiHeadAttention):
         query_mask=None,
         value_mask=None,
         key_mask=None,
+        use_causal_mask=False,
     ):
         if key is None:
             key = value
@@ -148,17 +157,20 @@ class CachedMultiHeadAttention(MultiHeadAttention):
 
         if attention_mask is not None:
             attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
+        hook = type(self)._compute_attention
+        own_hook = hook is MultiHeadAttention._compute_attention
         extra = {}
+        if use_causal_mask and cache is None and own_hook:
+            extra["use_causal_mask"] = True  # a flag: no (T, S) tensor
+        elif use_causal_mask:  # rows from cache_update_index; one merged mask
+            start = 0 if cache_update_index is None else cache_update_index
+            causal = causal_mask(ops.shape(query)[1], ops.shape(key)[1], start)
+            attention_mask = _and(attention_mask, causal)
         if padding is not None:
-            if type(self)._compute_attention is MultiHeadAttention._compute_attention:
+            if own_hook:
                 extra["key_padding_mask"] = padding  # a key mask, no (T, S) tensor
             else:  # Keras's hook contract: one merged mask
-                padding = padding[:, None, :]
-                attention_mask = (
-                    padding
-                    if attention_mask is None
-                    else ops.logical_and(attention_mask, padding)
-                )
+                attention_mask = _and(attention_mask, padding[:, None, :])
         attention_output, attention_scores = self._compute_attention(
             query=query,
             key=key,
@@ -192,6 +204,7 @@ class CachedMultiHeadAttention(MultiHeadAttention):
         query_mask=None,
         value_mask=None,
         key_mask=None,
+        use_causal_mask=False,
     ):
         if cache is None:
             return super().compute_output_spec(
@@ -204,6 +217,7 @@ class CachedMultiHeadAttention(MultiHeadAttention):
                 attention_mask=attention_mask,
                 return_attention_scores=return_attention_scores,
                 training=training,
+                use_causal_mask=use_causal_mask,
             )
         output = keras.KerasTensor(
             self.compute_output_shape(query.shape, value.shape),
@@ -217,3 +231,17 @@ class CachedMultiHeadAttention(MultiHeadAttention):
             )
             return output, scores, cache_spec
         return output, cache_spec
+
+
+def causal_mask(query_length, key_length, start=0):
+    """`(1, query_length, key_length)` booleans, True where key `j` <= query
+    `i` with the queries counted from `start` (an int or int tensor), as
+    keras-hub's `compute_causal_mask`."""
+    i = ops.arange(query_length, dtype="int32") + ops.cast(start, "int32")
+    j = ops.arange(key_length, dtype="int32")
+    return ops.expand_dims(i[:, None] >= j[None, :], 0)
+
+
+def _and(mask, other):
+    """`mask` and `other` (booleans), `other` where there is no `mask`."""
+    return other if mask is None else ops.logical_and(mask, other)

@@ -22,6 +22,7 @@ from tests.helpers import (
     output_and_grads,
     paired_with_keras,
     to_numpy,
+    traced_shapes,
 )
 from tests.reference import reference_attention
 
@@ -253,29 +254,25 @@ def _repeated_kv_shapes(shapes):
 @pytest.mark.tensorflow_only
 @pytest.mark.parametrize("chunk_size", [None, 4], ids=["plain", "chunked"])
 def test_kernel_never_repeats_the_kv_heads(rng, chunk_size):
-    from tests.test_attention_chunked import _traced_shapes
-
     q, k, v = _grouped_inputs(rng)
 
     def grouped(q, k, v):
         return scaled_dot_product_attention(q, k, v, chunk_size=chunk_size)
 
-    assert not _repeated_kv_shapes(_traced_shapes(grouped, q, k, v))
+    assert not _repeated_kv_shapes(traced_shapes(grouped, q, k, v))
 
     # The detector sees a repeated copy where one is built.
     def repeated(q, k, v):
         k, v = (keras.ops.repeat(t, _H // _KV, axis=2) for t in (k, v))
         return scaled_dot_product_attention(q, k, v, chunk_size=chunk_size)
 
-    assert _repeated_kv_shapes(_traced_shapes(repeated, q, k, v))
+    assert _repeated_kv_shapes(traced_shapes(repeated, q, k, v))
 
 
 @pytest.mark.tensorflow_only
 @pytest.mark.parametrize("chunk_size", [None, 4], ids=["plain", "chunked"])
 def test_layer_never_repeats_the_kv_heads(rng, chunk_size):
     # Keras's own layer repeats them (`ops.repeat`): the detector sees that.
-    from tests.test_attention_chunked import _traced_shapes
-
     heads = {"head_dim": _D, "num_query_heads": _H, "num_key_value_heads": _KV}
     q = rng.normal(size=(2, _Q, 8)).astype("float32")
     v = rng.normal(size=(2, _K, 8)).astype("float32")
@@ -283,8 +280,8 @@ def test_layer_never_repeats_the_kv_heads(rng, chunk_size):
     theirs = keras.layers.GroupQueryAttention(**heads)
     for layer in (ours, theirs):
         layer(q, v)
-    assert not _repeated_kv_shapes(_traced_shapes(lambda q, v: ours(q, v), q, v))
-    assert _repeated_kv_shapes(_traced_shapes(lambda q, v: theirs(q, v), q, v))
+    assert not _repeated_kv_shapes(traced_shapes(lambda q, v: ours(q, v), q, v))
+    assert _repeated_kv_shapes(traced_shapes(lambda q, v: theirs(q, v), q, v))
 
 
 def test_long_sequences_take_the_chunked_path(memory_budget, chunked_calls):

@@ -1,0 +1,55 @@
+"""CachedMultiHeadAttention's `use_causal_mask` (an argument keras-hub's layer
+lacks): the same outputs as the explicit causal mask keras-hub's decoder
+gives it, with and without a cache, on every path (its cache layout and the
+rest of its math are tested against keras-hub in test_keras_hub_parity.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from keras_selfattn import CachedMultiHeadAttention
+from tests.helpers import to_numpy
+
+
+class _OwnHook(CachedMultiHeadAttention):
+    """A subclass with its own `_compute_attention`: it gets one merged mask."""
+
+    def _compute_attention(self, query, key, value, attention_mask=None, **kwargs):
+        return super()._compute_attention(query, key, value, attention_mask, **kwargs)
+
+
+with_both_hooks = pytest.mark.parametrize(
+    "cls", [CachedMultiHeadAttention, _OwnHook], ids=["ours", "subclass"]
+)
+
+
+@pytest.mark.parametrize("chunk_size", [None, 2], ids=["default_path", "chunked"])
+@with_both_hooks
+def test_use_causal_mask_without_a_cache_is_the_lower_triangle(rng, cls, chunk_size):
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    padding = np.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=bool)
+    layer = cls(num_heads=2, key_dim=4, chunk_size=chunk_size)
+    explicit = np.tril(np.ones((5, 5), bool))[None] & padding[:, None, :]
+    expected = to_numpy(layer(x, x, attention_mask=explicit))
+    got = to_numpy(layer(x, x, value_mask=padding, use_causal_mask=True))
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    # Not a mask that is never read: without it the outputs differ.
+    unmasked = to_numpy(layer(x, x, value_mask=padding))
+    assert np.abs(unmasked - expected).max() > 1e-3
+
+
+@with_both_hooks
+def test_use_causal_mask_with_a_cache_counts_rows_from_the_update_index(rng, cls):
+    x = rng.normal(size=(1, 4, 8)).astype("float32")
+    layer = cls(num_heads=2, key_dim=4)
+    cache = np.zeros((1, 2, 4, 2, 4), "float32")
+    full, cache = layer(x, x, cache=cache, cache_update_index=0, use_causal_mask=True)
+    causal = np.tril(np.ones((4, 4), bool))
+    expected = to_numpy(layer(x, x, attention_mask=causal))
+    np.testing.assert_allclose(to_numpy(full), expected, atol=1e-5)
+    # Decoding position 2 alone, from the cache: row 2 of the triangle.
+    step, _ = layer(
+        x[:, 2:3], x[:, 2:3], cache=cache, cache_update_index=2, use_causal_mask=True
+    )
+    np.testing.assert_allclose(to_numpy(step), expected[:, 2:3], atol=1e-5)
