@@ -2,9 +2,10 @@
 
 `convert(model)` finds every `keras.layers.MultiHeadAttention`,
 `keras.layers.GroupQueryAttention` and keras-hub `CachedMultiHeadAttention`
-inside a model and makes it an instance of this package's drop-in for its
-class, in place, keeping its weights. keras-hub is never imported here: its
-class is recognised only when keras-hub is already loaded.
+(and keras-hub `TransformerDecoder` block) inside a model and makes it an
+instance of this package's drop-in for its class, in place, keeping its
+weights. keras-hub is never imported here: its classes are recognised only
+when keras-hub is already loaded.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 
 __all__ = ["ConversionReport", "convert"]
 
-# keras-hub's cached attention, looked up in `sys.modules` only.
-_HUB_CACHED_MODULE = "keras_hub.src.layers.modeling.cached_multi_head_attention"
+# keras-hub's cached attention and decoder block, looked up in `sys.modules` only.
+_HUB_MODULES = "keras_hub.src.layers.modeling."
+_HUB_CACHED_MODULE = _HUB_MODULES + "cached_multi_head_attention"
+_HUB_DECODER_MODULE = _HUB_MODULES + "transformer_decoder"
 
 # A subclass that overrides one of these computes differently from its base.
 _BEHAVIOUR = (
@@ -31,6 +34,7 @@ _BEHAVIOUR = (
     "_compute_attention",
     "_masked_softmax",
     "_compute_attention_mask",
+    "_compute_self_attention_mask",
     "build",
 )
 
@@ -98,15 +102,21 @@ def convert(
     sub-layers stay; from then on its attention is
     `keras_selfattn.scaled_dot_product_attention`, with the differences from
     Keras that those layers document (a query with no key to attend to
-    outputs zeros; the softmax in float32). Built and unbuilt models both
-    work, and the model's compiled functions are reset so that the next
-    `fit`, `predict` or `generate` traces the converted layers.
+    outputs zeros; the softmax in float32). keras-hub's `TransformerDecoder`
+    blocks become `keras_selfattn.TransformerDecoder` too (same weights and
+    sub-layers), which gives the kernel causality as a flag where keras-hub
+    builds a `(batch, T, T)` int32 mask: on the chunked path a converted
+    decoder-only model (GPT-2, say) keeps its memory linear in `T`. Built
+    and unbuilt models both work, and the model's compiled functions are
+    reset so that the next `fit`, `predict` or `generate` traces the
+    converted layers.
 
     Layers are left alone, each with the reason in the report: a subclass of
     these classes other than the ones above (a custom attention layer: its
     own `call` or `_compute_attention` would be dropped), a layer that is
-    already this package's, and `GroupQueryAttention` where the installed
-    Keras is older than 3.15. Converting twice changes nothing.
+    already this package's, `GroupQueryAttention` where the installed
+    Keras is older than 3.15, and a decoder block whose attention layers
+    are left alone. Converting twice changes nothing.
 
     Saving: a converted functional or Sequential model saves our classes
     and loads them back. keras-hub models rebuild their layers from their
@@ -152,9 +162,11 @@ def convert(
     """
     drop_ins = _drop_ins()
     plan, converted, left_alone = [], [], []
-    for path, layer in _attention_layers(model, drop_ins):
+    for path, layer in _convertible_layers(model, drop_ins):
         name = _public_name(type(layer))
         target = drop_ins.get(type(layer))
+        if isinstance(target, type) and _is_block(target):
+            target = _why_not_block(layer, drop_ins) or target
         if isinstance(target, type):
             try:
                 target._check_adoptable(layer, chunk_size)
@@ -189,12 +201,39 @@ def _drop_ins() -> dict[type, type | str]:
         from keras_selfattn.layers.cached_attention import CachedMultiHeadAttention
 
         drop_ins[hub.CachedMultiHeadAttention] = CachedMultiHeadAttention
+    hub = sys.modules.get(_HUB_DECODER_MODULE)
+    if hub is not None:
+        from keras_selfattn.layers.decoder import TransformerDecoder
+
+        drop_ins[hub.TransformerDecoder] = TransformerDecoder
     return drop_ins
 
 
-def _attention_layers(model, drop_ins) -> Iterator[tuple[str, keras.layers.Layer]]:
-    """(path, layer) of every attention layer in `model`, each once, depth
-    first in the order the layers were added."""
+def _is_block(target: type) -> bool:
+    return not issubclass(target, KernelAttention)
+
+
+def _why_not_block(block, drop_ins) -> str | None:
+    """Why a keras-hub decoder block cannot become ours, or None: its
+    attention layers must compute through the kernel too, as our block's
+    call gives them our arguments (Keras masks, the causal flag)."""
+    for name in ("_self_attention_layer", "_cross_attention_layer"):
+        attention = getattr(block, name, None)
+        if attention is None or isinstance(attention, KernelAttention):
+            continue
+        if not isinstance(drop_ins.get(type(attention)), type):
+            return (
+                f"its attention layer `{attention.name}` "
+                f"({_public_name(type(attention))}) is left alone, and ours "
+                "would call it with arguments it does not take"
+            )
+    return None
+
+
+def _convertible_layers(model, drop_ins) -> Iterator[tuple[str, keras.layers.Layer]]:
+    """(path, layer) of every layer in `model` that `convert` knows (the
+    attention layers, the decoder blocks), each once, depth first in the
+    order the layers were added."""
     kinds = tuple(drop_ins)
     seen = {id(model)}
     if isinstance(model, kinds):
@@ -220,7 +259,7 @@ def _why_not(layer, drop_ins) -> str:
     overridden = [
         name
         for name in _BEHAVIOUR
-        if getattr(type(layer), name) is not getattr(base, name)
+        if getattr(type(layer), name, None) is not getattr(base, name, None)
     ]
     what = (
         "overrides " + ", ".join(f"`{name}`" for name in overridden)
@@ -240,7 +279,7 @@ def _public_name(cls: type) -> str:
         return "keras.layers.GroupQueryAttention"
     if cls.__module__.startswith("keras_selfattn."):
         return f"keras_selfattn.{cls.__qualname__}"
-    if cls.__module__ == _HUB_CACHED_MODULE:
+    if cls.__module__ in (_HUB_CACHED_MODULE, _HUB_DECODER_MODULE):
         return f"keras_hub.layers.{cls.__qualname__}"
     return f"{cls.__module__}.{cls.__qualname__}"
 

@@ -18,7 +18,13 @@ import pytest
 import keras_selfattn
 from keras_selfattn import convert
 from keras_selfattn.layers import multi_head_attention
-from tests.helpers import assert_close, plain_attributes, to_numpy
+from tests.helpers import (
+    assert_close,
+    plain_attributes,
+    query_by_key,
+    to_numpy,
+    traced_shapes,
+)
 
 TINY = {
     "vocabulary_size": 50,
@@ -29,6 +35,7 @@ TINY = {
     "max_sequence_length": 8,
 }
 HUB_CACHED = "keras_hub.layers.CachedMultiHeadAttention"
+HUB_DECODER = "keras_hub.layers.TransformerDecoder"
 KERAS_MHA = "keras.layers.MultiHeadAttention"
 
 
@@ -74,6 +81,9 @@ BACKBONES = {
         "keras_selfattn.CachedMultiHeadAttention",
     ),
 }
+# The blocks that become ours too: keras-hub's decoder (its encoder block
+# builds no (T, T) mask, and stays).
+BLOCKS = {"bert": None, "gpt2": (HUB_DECODER, "keras_selfattn.TransformerDecoder")}
 
 
 def _attention(model):
@@ -102,12 +112,18 @@ def test_backbone_converts_in_place_with_the_same_outputs(name, kernel_calls):
 
     report = convert(backbone)
 
-    paths = [f"transformer_layer_{i}/{attention_name}" for i in range(2)]
-    assert [(e.path, e.layer_class) for e in report.converted] == [
-        (path, before_class) for path in paths
-    ]
-    assert {e.reason for e in report.converted} == {f"now {after_class}"}
+    expected, reasons = [], {f"now {after_class}"}
+    for i in range(2):
+        if BLOCKS[name]:
+            expected.append((f"transformer_layer_{i}", BLOCKS[name][0]))
+            reasons.add(f"now {BLOCKS[name][1]}")
+        expected.append((f"transformer_layer_{i}/{attention_name}", before_class))
+    assert [(e.path, e.layer_class) for e in report.converted] == expected
+    assert {e.reason for e in report.converted} == reasons
     assert report.left_alone == ()
+    if BLOCKS[name]:
+        blocks = [backbone.get_layer(f"transformer_layer_{i}") for i in range(2)]
+        assert all(type(b) is keras_selfattn.TransformerDecoder for b in blocks)
     assert [type(a).__name__ for a in _attention(backbone)] == [
         after_class.rsplit(".", 1)[-1]
     ] * 2
@@ -119,8 +135,18 @@ def test_backbone_converts_in_place_with_the_same_outputs(name, kernel_calls):
     assert len(kernel_calls) == 2  # one per block: our kernel ran
     assert after.keys() == before.keys()
     for key in before:
-        assert_close(after[key], before[key])
+        _assert_same_outputs(name, after[key], before[key], inputs["padding_mask"])
     assert convert(backbone).converted == ()  # twice: a no-op
+
+
+def _assert_same_outputs(name, converted, original, padding):
+    """The same outputs; a converted decoder block (ours) outputs zeros at
+    padded positions, where keras-hub's outputs what they attended to."""
+    if BLOCKS[name] is None or converted.ndim != 3:
+        assert_close(converted, original)
+        return
+    assert_close(converted[padding], original[padding])
+    np.testing.assert_array_equal(converted[~padding], 0.0)
 
 
 def test_gpt2_causal_lm_generates_the_same_tokens_with_its_cache(kernel_calls):
@@ -134,7 +160,7 @@ def test_gpt2_causal_lm_generates_the_same_tokens_with_its_cache(kernel_calls):
     before = lm.generate(prompt, stop_token_ids=None)
     assert kernel_calls == []
     report = convert(lm)
-    assert len(report.converted) == 2
+    assert len(report.converted) == 4  # 2 blocks, 2 attention layers
     after = lm.generate(prompt, stop_token_ids=None)
     # Traced (or run) through our kernel, on the cache: one query at a time
     # against all 8 cached keys.
@@ -234,8 +260,10 @@ def test_converted_models_save_and_load_in_a_fresh_process(tmp_path, subprocess_
         "'keras_selfattn.CachedMultiHeadAttention']",
     ]
     assert_close(np.load(tmp_path / "keras-loaded.npy"), expected["keras"])
+    padding = inputs["padding_mask"]
     for name in BACKBONES:
-        assert_close(np.load(tmp_path / f"{name}-loaded.npy"), expected[name])
+        loaded = np.load(tmp_path / f"{name}-loaded.npy")  # keras-hub's again
+        _assert_same_outputs(name, expected[name], loaded, padding)
         assert_close(np.load(tmp_path / f"{name}-converted.npy"), expected[name])
 
 
@@ -271,9 +299,93 @@ def test_converted_hub_attention_is_the_layer_our_constructor_makes(built):
     if built:
         theirs(x, x)
         ours(x, x)
+    _assert_converts_to(theirs, ours)
+
+
+def _assert_converts_to(theirs, ours):
+    """`convert(theirs)` makes it an instance of `type(ours)` with exactly
+    the attributes, values, call signature and config of `ours`."""
     convert(theirs)
-    assert type(theirs) is keras_selfattn.CachedMultiHeadAttention
+    assert type(theirs) is type(ours)
     assert set(vars(theirs)) == set(vars(ours))
     assert plain_attributes(theirs) == plain_attributes(ours)
     assert theirs._call_signature == ours._call_signature
     assert theirs.get_config() == ours.get_config()
+
+
+@pytest.mark.parametrize("built", [False, True], ids=["unbuilt", "built"])
+def test_converted_hub_decoder_is_the_block_our_constructor_makes(built):
+    """keras-hub's decoder block, converted, has exactly the attributes of
+    ours built from its config, with the same values (and computes as ours
+    does with the same weights)."""
+    theirs = keras_hub.layers.TransformerDecoder(32, 2, name="d")
+    ours = keras_selfattn.TransformerDecoder.from_config(theirs.get_config())
+    x = np.zeros((1, 4, 16), "float32")
+    if built:
+        theirs(x)
+        ours(x)
+    _assert_converts_to(theirs, ours)
+    if built:  # and computes as ours with its weights
+        ours.set_weights(theirs.get_weights())
+        assert_close(to_numpy(theirs(x + 1.0)), to_numpy(ours(x + 1.0)))
+
+
+class CustomDecoder(keras_hub.layers.TransformerDecoder):
+    """A custom keras-hub decoder block: its own causal mask."""
+
+    def _compute_self_attention_mask(self, *args, **kwargs):
+        return super()._compute_self_attention_mask(*args, **kwargs)
+
+
+def test_a_decoder_block_is_left_alone_where_its_attention_is():
+    block = CustomDecoder(32, 2, name="custom")
+    block(np.zeros((1, 4, 16), "float32"))
+    report = convert(block)
+    assert [(e.path, e.reason) for e in report.left_alone] == [
+        (
+            "custom",
+            f"a subclass of {HUB_DECODER} that overrides "
+            "`_compute_self_attention_mask`: converting it would replace its "
+            "class and drop its behaviour",
+        )
+    ]
+    assert type(block) is CustomDecoder
+    # A block whose attention layer is a custom one stays keras-hub's too
+    # (ours would call that layer with arguments it does not take).
+    block = keras_hub.layers.TransformerDecoder(32, 2, name="plain")
+    block(np.zeros((1, 4, 16), "float32"))
+    block._self_attention_layer.__class__ = Custom
+    report = convert(block)
+    assert report.converted == ()
+    assert report.left_alone[0].path == "plain"
+    assert report.left_alone[0].reason.startswith(
+        f"its attention layer `{block._self_attention_layer.name}` ({Custom.__module__}"
+    )
+    assert type(block) is keras_hub.layers.TransformerDecoder
+
+
+@pytest.mark.tensorflow_only
+def test_a_converted_gpt2_builds_no_sequence_by_sequence_tensor():
+    """keras-hub's decoder builds a (batch, T, T) int32 causal mask; converted
+    with `chunk_size`, the whole GPT-2, forward and backward, builds no tensor
+    with two sequence axes (7 tokens, 9 in blocks of 3: sizes no other axis
+    of the tiny config has)."""
+    import tensorflow as tf
+
+    backbone = keras_hub.models.GPT2Backbone(**TINY, dropout=0.0)
+    ids = np.array([[3, 9, 4, 12, 40, 7, 1], [5, 6, 7, 8, 0, 0, 0]])
+    padding = ids != 0
+
+    def shapes(dtype=None):
+        def call(ids, padding):
+            return backbone({"token_ids": ids, "padding_mask": padding})
+
+        return traced_shapes(
+            call, ids, padding, dtype=dtype, variables=backbone.trainable_variables
+        )
+
+    # The detector sees keras-hub's mask before.
+    assert [2, 7, 7] in query_by_key(shapes(tf.int32), 7, (7,))
+    convert(backbone, chunk_size=3)
+    assert query_by_key(shapes(), 7, (7, 9)) == []
+    assert [2, 7] in shapes(tf.bool)  # the padding, as a key mask

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import keras
 from keras import ops
 
@@ -116,3 +118,25 @@ def check_block_arguments(
         or not layer_norm_epsilon > 0
     ):
         raise invalid("layer_norm_epsilon", "a positive float", layer_norm_epsilon)
+
+
+def rederive_call_attributes(layer: keras.layers.Layer) -> None:
+    """After `layer.__class__` changed (`keras_selfattn.convert`): what
+    `keras.layers.Layer.__init__` derives from `call` (its signature, whether
+    it takes `training` ...; Keras 3.7 has fewer of these), derived again
+    from the new class's `call`. Only what this Keras set is set."""
+    signature = inspect.signature(layer.call)
+    params = list(signature.parameters)
+    derived = {
+        "_call_signature": signature,
+        "call_signature_parameters": params,
+        "_call_has_training_arg": "training" in params,
+        "_call_has_mask_arg": "mask" in params,
+    }
+    if hasattr(layer, "_call_context_args"):
+        derived["_call_has_context_arg"] = {
+            arg: arg in params for arg in layer._call_context_args
+        }
+    for name, value in derived.items():
+        if name in vars(layer):
+            setattr(layer, name, value)

@@ -9,13 +9,12 @@ checks, Keras's error for scores under flash attention, and their config.
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import keras
 
 from keras_selfattn._validation import check_paths
-from keras_selfattn.layers._common import check_keras_mask
+from keras_selfattn.layers._common import check_keras_mask, rederive_call_attributes
 
 # The projections Keras's attention layers build (`_gate_dense` with a gate).
 _PROJECTIONS = ("_query_dense", "_key_dense", "_value_dense", "_gate_dense")
@@ -83,27 +82,12 @@ class KernelAttention:
         for name, default in cls._ADOPT_DEFAULTS:
             if not hasattr(layer, name):
                 setattr(layer, name, default)
-        # What this Keras's `Layer.__init__` derives from `call` (Keras 3.7
-        # has fewer of these), derived again from ours.
-        signature = inspect.signature(layer.call)
-        params = list(signature.parameters)
-        derived = {
-            "_call_signature": signature,
-            "call_signature_parameters": params,
-            "_call_has_training_arg": "training" in params,
-            "_call_has_mask_arg": "mask" in params,
-        }
-        if hasattr(layer, "_call_context_args"):
-            derived["_call_has_context_arg"] = {
-                arg: arg in params for arg in layer._call_context_args
-            }
+        rederive_call_attributes(layer)
         # Keras's call keeps this flag as state for its `_compute_attention`
         # (Keras 3.7's MultiHeadAttention too); ours pass it as an argument
         # or set it in each call: a fresh layer's value.
-        derived["_return_attention_scores"] = False
-        for name, value in derived.items():
-            if name in vars(layer):
-                setattr(layer, name, value)
+        if "_return_attention_scores" in vars(layer):
+            layer._return_attention_scores = False
         if layer.built:
             layer._hand_on_masks()
 

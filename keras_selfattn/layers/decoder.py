@@ -7,7 +7,12 @@ from keras import ops
 
 from keras_selfattn._validation import check_rank, invalid
 from keras_selfattn.layers._block import TransformerBlock
-from keras_selfattn.layers._common import check_keras_mask, keras_mask_of, zero_padded
+from keras_selfattn.layers._common import (
+    check_keras_mask,
+    keras_mask_of,
+    rederive_call_attributes,
+    zero_padded,
+)
 from keras_selfattn.layers.cached_attention import CachedMultiHeadAttention
 
 
@@ -70,7 +75,10 @@ class TransformerDecoder(TransformerBlock):
     (on by default) with the self-attention's. A masked key gets exactly zero
     weight, a query that may attend to no key outputs zeros, padded decoder
     positions output zeros, and `decoder_sequence`'s Keras mask is handed
-    on.
+    on. Without a cache, causality and the padding reach the kernel as a flag
+    and a key mask: no `(T, T)` tensor is built (keras-hub's block builds a
+    `(batch, T, T)` int32 one), so on the chunked path memory stays linear
+    in `T`. `keras_selfattn.convert` makes keras-hub's blocks this class.
 
     Args:
         intermediate_dim: Positive integer, the hidden size of the
@@ -185,6 +193,33 @@ class TransformerDecoder(TransformerBlock):
         if decoder_sequence_shape:
             self.build(decoder_sequence_shape, encoder_sequence_shape)
 
+    @classmethod
+    def _check_adoptable(cls, layer: keras.layers.Layer, chunk_size) -> None:
+        """Nothing of the block's own forbids `_adopt` (its attention layers
+        are checked, and converted, on their own)."""
+
+    @classmethod
+    def _adopt(cls, layer: keras.layers.Layer, chunk_size=None) -> None:
+        """Makes `layer`, a keras-hub `TransformerDecoder`, an instance of this
+        class, in place (`keras_selfattn.convert`'s step for the block).
+
+        Why this is safe: this class takes keras-hub's constructor and call
+        and keeps keras-hub's attributes, sub-layers (names, order, weights)
+        and math (keras-hub's own test file passes on it), so what keras-hub's
+        `__init__` and `build` set is what ours would. Ours adds only
+        `attention_dropout = None` (the attention's dropout is `dropout`, as
+        in keras-hub) and `seed = None`. Its attention layers must compute
+        through the kernel as well (`convert` converts them in the same call,
+        and leaves the block alone where it cannot). What changes is the
+        causal mask: a flag to the kernel instead of keras-hub's
+        `(batch, T, T)` int32 tensor, so memory stays linear in `T`.
+        `chunk_size` is the attention layers' own.
+        """
+        layer.__class__ = cls
+        layer.attention_dropout = None
+        layer.seed = None
+        rederive_call_attributes(layer)
+
     def _attention(self, head_dim: int, offset: int, name: str, **extra):
         return CachedMultiHeadAttention(
             num_heads=self.num_heads,
@@ -239,44 +274,38 @@ class TransformerDecoder(TransformerBlock):
     # ------------------------------------------------------------- masks
 
     @staticmethod
-    def _merged_mask(sequence, padding_mask, attention_mask, argument: str):
-        """keras-hub's `merge_padding_and_attention_mask`, as booleans: an
-        explicit padding mask wins over the Keras mask; the attention mask
-        joins it. Returns `(mask or None, padding or None)`."""
+    def _padding(sequence, padding_mask, argument: str):
+        """The padding, `(batch, length)` booleans or None: an explicit
+        padding mask wins over `sequence`'s Keras mask, as in keras-hub."""
         padding = padding_mask
         if padding is None:
             padding = keras_mask_of(sequence)
-        if padding is not None:
-            padding = ops.cast(ops.convert_to_tensor(padding), "bool")
-            if len(padding.shape) != 2:
-                raise invalid(
-                    f"{argument}_padding_mask",
-                    "a boolean mask of shape (batch, length)",
-                    f"<tensor of shape {tuple(padding.shape)}>",
-                )
-        mask = None if padding is None else padding[:, None, :]
-        if attention_mask is not None:
-            attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
-            check_rank(
-                f"{argument}_attention_mask",
-                attention_mask.shape,
-                3,
-                "(batch, target_length, source_length)",
+        if padding is None:
+            return None
+        padding = ops.cast(ops.convert_to_tensor(padding), "bool")
+        if len(padding.shape) != 2:
+            raise invalid(
+                f"{argument}_padding_mask",
+                "a boolean mask of shape (batch, length)",
+                f"<tensor of shape {tuple(padding.shape)}>",
             )
-            mask = (
-                attention_mask
-                if mask is None
-                else ops.logical_and(mask, attention_mask)
-            )
-        return mask, padding
+        return padding
 
     @staticmethod
-    def _causal_mask(query_length, key_length, start):
-        """`(1, query_length, key_length)`, True where key `j` <= query `i`
-        (queries counted from `start`)."""
-        i = ops.arange(query_length, dtype="int32") + ops.cast(start, "int32")
-        j = ops.arange(key_length, dtype="int32")
-        return ops.expand_dims(i[:, None] >= j[None, :], 0)
+    def _merged_mask(padding, attention_mask, argument: str):
+        """keras-hub's `merge_padding_and_attention_mask`, as booleans: the
+        padding as a `(batch, 1, length)` key mask and the attention mask."""
+        mask = None if padding is None else padding[:, None, :]
+        if attention_mask is None:
+            return mask
+        attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
+        check_rank(
+            f"{argument}_attention_mask",
+            attention_mask.shape,
+            3,
+            "(batch, target_length, source_length)",
+        )
+        return attention_mask if mask is None else ops.logical_and(mask, attention_mask)
 
     # ------------------------------------------------------------- calling
 
@@ -311,32 +340,21 @@ class TransformerDecoder(TransformerBlock):
                 f"cross_attention_cache={cross_attention_cache}."
             )
         check_rank("decoder_sequence", decoder_sequence.shape, 3, "(batch, T, dim)")
-        self_mask, padding = self._merged_mask(
-            decoder_sequence, decoder_padding_mask, decoder_attention_mask, "decoder"
-        )
+        padding = self._padding(decoder_sequence, decoder_padding_mask, "decoder")
+        # Self-attention part. Without a cache the padding goes in as Keras
+        # masks (a key mask; explicit, so Keras does not put the Keras mask in
+        # instead) and causality as a flag: no (T, T) tensor is built, and
+        # the chunked path keeps memory linear in T. With a cache the layer
+        # builds the causal rows from the update index.
+        self_masks = {}
         if padding is not None and self_attention_cache is None:
             check_keras_mask("decoder_padding_mask", padding, decoder_sequence)
             # Padding may hold NaN or inf: zeroed (a select) up front.
             decoder_sequence = zero_padded(decoder_sequence, padding)
-        if use_causal_mask:
-            length = ops.shape(decoder_sequence)[1]
-            key_length = length
-            if self_attention_cache is not None:
-                key_length = ops.shape(self_attention_cache)[2]
-            start = self_attention_cache_update_index
-            causal = self._causal_mask(
-                length, key_length, 0 if start is None else start
-            )
-            self_mask = (
-                causal if self_mask is None else ops.logical_and(self_mask, causal)
-            )
-
-        # Self-attention part.
-        # The padding goes in as Keras masks too (a key mask, no (T, T)
-        # tensor; explicit, so Keras does not put the Keras mask in instead).
-        self_masks = {}
-        if padding is not None and self_attention_cache is None:
             self_masks = {"query_mask": padding, "value_mask": padding}
+            self_mask = self._merged_mask(None, decoder_attention_mask, "decoder")
+        else:
+            self_mask = self._merged_mask(padding, decoder_attention_mask, "decoder")
 
         def attend_self(x):
             return self._self_attention_layer(
@@ -346,6 +364,7 @@ class TransformerDecoder(TransformerBlock):
                 **self_masks,
                 cache=self_attention_cache,
                 cache_update_index=self_attention_cache_update_index,
+                use_causal_mask=bool(use_causal_mask),
                 training=training,
             )
 
@@ -356,11 +375,11 @@ class TransformerDecoder(TransformerBlock):
 
         # Cross-attention part.
         if has_cross_attention:
-            cross_mask, encoder_padding = self._merged_mask(
-                encoder_sequence,
-                encoder_padding_mask,
-                encoder_attention_mask,
-                "encoder",
+            encoder_padding = self._padding(
+                encoder_sequence, encoder_padding_mask, "encoder"
+            )
+            cross_mask = self._merged_mask(
+                encoder_padding, encoder_attention_mask, "encoder"
             )
             cross_masks = {}
             if cross_attention_cache is None:
