@@ -11,6 +11,7 @@ when keras-hub is already loaded.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import sys
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -19,6 +20,7 @@ import keras
 
 from keras_selfattn.layers import grouped_query_attention as _gqa
 from keras_selfattn.layers._kernel_attention import KernelAttention
+from keras_selfattn.layers.decoder import TransformerDecoder
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 
 __all__ = ["ConversionReport", "convert"]
@@ -27,6 +29,8 @@ __all__ = ["ConversionReport", "convert"]
 _HUB_MODULES = "keras_hub.src.layers.modeling."
 _HUB_CACHED_MODULE = _HUB_MODULES + "cached_multi_head_attention"
 _HUB_DECODER_MODULE = _HUB_MODULES + "transformer_decoder"
+
+_ALREADY_OURS_BLOCK = "already keras_selfattn's block (causality as a flag)"
 
 # A subclass that overrides one of these computes differently from its base.
 _BEHAVIOUR = (
@@ -115,8 +119,9 @@ def convert(
     these classes other than the ones above (a custom attention layer: its
     own `call` or `_compute_attention` would be dropped), a layer that is
     already this package's, `GroupQueryAttention` where the installed
-    Keras is older than 3.15, and a decoder block whose attention layers
-    are left alone. Converting twice changes nothing.
+    Keras is older than 3.15, and a keras-hub decoder block that is not
+    built yet or whose attention layers cannot become ours. Converting twice
+    changes nothing.
 
     Saving: a converted functional or Sequential model saves our classes
     and loads them back. keras-hub models rebuild their layers from their
@@ -201,10 +206,9 @@ def _drop_ins() -> dict[type, type | str]:
         from keras_selfattn.layers.cached_attention import CachedMultiHeadAttention
 
         drop_ins[hub.CachedMultiHeadAttention] = CachedMultiHeadAttention
+    drop_ins[TransformerDecoder] = _ALREADY_OURS_BLOCK
     hub = sys.modules.get(_HUB_DECODER_MODULE)
     if hub is not None:
-        from keras_selfattn.layers.decoder import TransformerDecoder
-
         drop_ins[hub.TransformerDecoder] = TransformerDecoder
     return drop_ins
 
@@ -213,20 +217,35 @@ def _is_block(target: type) -> bool:
     return not issubclass(target, KernelAttention)
 
 
+# What our decoder block's call gives its attention layers beyond keras-hub's.
+_BLOCK_CALL_ARGUMENTS = ("query_mask", "value_mask", "use_causal_mask")
+
+
 def _why_not_block(block, drop_ins) -> str | None:
-    """Why a keras-hub decoder block cannot become ours, or None: its
-    attention layers must compute through the kernel too, as our block's
-    call gives them our arguments (Keras masks, the causal flag)."""
+    """Why a keras-hub decoder block cannot become ours, or None: it must be
+    built (Keras keeps the `build` of the class it was made as), and its
+    attention layers must compute through the kernel too and take what our
+    block's call gives them (Keras masks, the causal flag)."""
+    if not block.built:
+        return (
+            "not built yet (its attention layers do not exist): call `convert` "
+            "once the model is built (keras-hub's models are built when made)"
+        )
     for name in ("_self_attention_layer", "_cross_attention_layer"):
         attention = getattr(block, name, None)
-        if attention is None or isinstance(attention, KernelAttention):
+        if attention is None:
             continue
-        if not isinstance(drop_ins.get(type(attention)), type):
-            return (
-                f"its attention layer `{attention.name}` "
-                f"({_public_name(type(attention))}) is left alone, and ours "
-                "would call it with arguments it does not take"
-            )
+        if isinstance(attention, KernelAttention):
+            takes = inspect.signature(attention.call).parameters
+            if all(arg in takes for arg in _BLOCK_CALL_ARGUMENTS):
+                continue
+        elif isinstance(drop_ins.get(type(attention)), type):
+            continue
+        return (
+            f"its attention layer `{attention.name}` "
+            f"({_public_name(type(attention))}) cannot become ours, and our "
+            "block would call it with arguments it does not take"
+        )
     return None
 
 
@@ -255,6 +274,8 @@ def _convertible_layers(model, drop_ins) -> Iterator[tuple[str, keras.layers.Lay
 def _why_not(layer, drop_ins) -> str:
     if isinstance(layer, KernelAttention):
         return "already computes through keras_selfattn's kernel"
+    if isinstance(layer, TransformerDecoder):
+        return _ALREADY_OURS_BLOCK
     base = next(cls for cls in type(layer).__mro__ if cls in drop_ins)
     overridden = [
         name

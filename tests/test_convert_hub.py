@@ -136,17 +136,20 @@ def test_backbone_converts_in_place_with_the_same_outputs(name, kernel_calls):
     assert after.keys() == before.keys()
     for key in before:
         _assert_same_outputs(name, after[key], before[key], inputs["padding_mask"])
-    assert convert(backbone).converted == ()  # twice: a no-op
+    again = convert(backbone)  # twice: a no-op, every layer already ours
+    assert again.converted == ()
+    assert [e.path for e in again.left_alone] == [path for path, _ in expected]
 
 
 def _assert_same_outputs(name, converted, original, padding):
-    """The same outputs; a converted decoder block (ours) outputs zeros at
-    padded positions, where keras-hub's outputs what they attended to."""
+    """The same outputs; at padded positions only where no decoder block was
+    converted (ours outputs zeros there, keras-hub's what a padded query
+    attended to; GPT-2's last layer norm then maps them to its bias)."""
     if BLOCKS[name] is None or converted.ndim != 3:
         assert_close(converted, original)
         return
     assert_close(converted[padding], original[padding])
-    np.testing.assert_array_equal(converted[~padding], 0.0)
+    assert np.abs(converted[~padding] - original[~padding]).max() > 1e-3
 
 
 def test_gpt2_causal_lm_generates_the_same_tokens_with_its_cache(kernel_calls):
@@ -313,21 +316,39 @@ def _assert_converts_to(theirs, ours):
     assert theirs.get_config() == ours.get_config()
 
 
-@pytest.mark.parametrize("built", [False, True], ids=["unbuilt", "built"])
-def test_converted_hub_decoder_is_the_block_our_constructor_makes(built):
+def test_converted_hub_decoder_is_the_block_our_constructor_makes():
     """keras-hub's decoder block, converted, has exactly the attributes of
-    ours built from its config, with the same values (and computes as ours
-    does with the same weights)."""
+    ours built from its config, with the same values, and computes as ours
+    does with the same weights."""
     theirs = keras_hub.layers.TransformerDecoder(32, 2, name="d")
     ours = keras_selfattn.TransformerDecoder.from_config(theirs.get_config())
     x = np.zeros((1, 4, 16), "float32")
-    if built:
-        theirs(x)
-        ours(x)
+    theirs(x)
+    ours(x)
     _assert_converts_to(theirs, ours)
-    if built:  # and computes as ours with its weights
-        ours.set_weights(theirs.get_weights())
-        assert_close(to_numpy(theirs(x + 1.0)), to_numpy(ours(x + 1.0)))
+    ours.set_weights(theirs.get_weights())
+    assert_close(to_numpy(theirs(x + 1.0)), to_numpy(ours(x + 1.0)))
+
+
+def test_an_unbuilt_hub_decoder_is_left_alone_until_it_is_built():
+    # Keras keeps the `build` of the class a layer was made as: an unbuilt
+    # block, re-classed, would build keras-hub's attention layers.
+    block = keras_hub.layers.TransformerDecoder(32, 2, name="d")
+    report = convert(block)
+    assert report.converted == ()
+    assert [(e.path, e.reason) for e in report.left_alone] == [
+        (
+            "d",
+            "not built yet (its attention layers do not exist): call `convert` "
+            "once the model is built (keras-hub's models are built when made)",
+        )
+    ]
+    assert type(block) is keras_hub.layers.TransformerDecoder
+    x = np.random.default_rng(0).normal(size=(1, 4, 16)).astype("float32")
+    before = to_numpy(block(x))
+    assert [e.path for e in convert(block).converted] == ["d", "self_attention"]
+    assert type(block) is keras_selfattn.TransformerDecoder
+    assert_close(to_numpy(block(x)), before)
 
 
 class CustomDecoder(keras_hub.layers.TransformerDecoder):
@@ -337,7 +358,7 @@ class CustomDecoder(keras_hub.layers.TransformerDecoder):
         return super()._compute_self_attention_mask(*args, **kwargs)
 
 
-def test_a_decoder_block_is_left_alone_where_its_attention_is():
+def test_a_custom_decoder_block_or_one_with_custom_attention_is_left_alone():
     block = CustomDecoder(32, 2, name="custom")
     block(np.zeros((1, 4, 16), "float32"))
     report = convert(block)
@@ -358,8 +379,10 @@ def test_a_decoder_block_is_left_alone_where_its_attention_is():
     report = convert(block)
     assert report.converted == ()
     assert report.left_alone[0].path == "plain"
-    assert report.left_alone[0].reason.startswith(
-        f"its attention layer `{block._self_attention_layer.name}` ({Custom.__module__}"
+    assert report.left_alone[0].reason == (
+        f"its attention layer `{block._self_attention_layer.name}` "
+        f"({Custom.__module__}.Custom) cannot become ours, and our block would "
+        "call it with arguments it does not take"
     )
     assert type(block) is keras_hub.layers.TransformerDecoder
 
