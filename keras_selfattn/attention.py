@@ -186,14 +186,44 @@ def _position_rule(rows, cols, causal, sliding_window):
     return rule
 
 
-def _positional_mask(q_len, k_len, causal, sliding_window):
-    """The (1, 1, Tq, Tk) mask of causal and sliding-window rules, or None."""
+def positional_mask(q_len, k_len, causal, sliding_window, query_offset=0):
+    """The (1, 1, Tq, Tk) mask of causal and sliding-window rules, or None.
+
+    Query `i` sits at key position `i + query_offset` (an int or int scalar
+    tensor: the first query's position, as a cache's update index gives it).
+    """
     if not causal and sliding_window is None:
         return None
-    rows = ops.expand_dims(ops.arange(q_len, dtype="int32"), 1)
+    rows = ops.arange(q_len, dtype="int32")
+    if not _is_zero(query_offset):
+        rows = ops.add(rows, ops.cast(query_offset, "int32"))
+    rows = ops.expand_dims(rows, 1)
     cols = ops.expand_dims(ops.arange(k_len, dtype="int32"), 0)
     mask = _position_rule(rows, cols, causal, sliding_window)
     return ops.expand_dims(ops.expand_dims(mask, 0), 0)
+
+
+def _check_query_offset(query_offset) -> None:
+    """A non-negative int, or an integer tensor of rank 0."""
+    if isinstance(query_offset, bool) or (
+        isinstance(query_offset, int) and query_offset < 0
+    ):
+        raise _invalid("query_offset", "a non-negative integer", query_offset)
+    if isinstance(query_offset, int):
+        return
+    dtype = getattr(query_offset, "dtype", None)
+    shape = getattr(query_offset, "shape", None)
+    if dtype is None or "int" not in str(dtype) or len(shape) != 0:
+        raise _invalid(
+            "query_offset",
+            "a non-negative integer or an integer scalar tensor",
+            query_offset,
+        )
+
+
+def _is_zero(offset) -> bool:
+    """Whether `offset` is the Python int 0 (a tensor never is)."""
+    return isinstance(offset, int) and offset == 0
 
 
 def _split_heads(x, axis, groups):
@@ -384,6 +414,7 @@ def _chunked_attention(
     causal: bool,
     sliding_window: int | None,
     chunk_size: int,
+    query_offset=0,
 ):
     """The attention output, computed over blocks of `chunk_size` keys.
 
@@ -392,9 +423,10 @@ def _chunked_attention(
     broadcastable) or None, `padding_mask` the (B, Tk) padding mask or None. The
     padding mask and the padding of the last block become a per-key bias,
     cut into blocks; the causal and sliding-window rules are applied per
-    block, from indices. So no (q_len, k_len) tensor is ever built, and none
-    from padding at all. Everything runs in float32 and the output comes back
-    in the dtype of `value`.
+    block, from indices (query `i` at key position `i + query_offset`). So
+    no (q_len, k_len) tensor is ever built, and none from padding at all.
+    Everything runs in float32 and the output comes back in the dtype of
+    `value`.
 
     The queries are held as (B, kv_heads, groups, Tq, D), so that grouped
     `key` and `value` heads (fewer than the query's) are contracted as they
@@ -419,7 +451,12 @@ def _chunked_attention(
     q = ops.multiply(ops.cast(query, "float32"), ops.cast(scale, "float32"))
     q = ops.transpose(_split_heads(q, 2, groups), (0, 2, 3, 1, 4))
     k_blocks, v_blocks = blocks(key), blocks(value)
-    block_ids = ops.arange(num_blocks, dtype="int32")
+    # Where each block's keys start, counted from the first query's position
+    # (the rules depend on i - j only): the offset travels with the blocks,
+    # never as a tensor the gradient closes over.
+    block_starts = ops.multiply(ops.arange(num_blocks, dtype="int32"), size)
+    if not _is_zero(query_offset):
+        block_starts = ops.subtract(block_starts, ops.cast(query_offset, "int32"))
     batch = query.shape[0]
     work = None if batch is None else batch * heads * q_len * k_len
 
@@ -456,30 +493,30 @@ def _chunked_attention(
     rows = ops.expand_dims(ops.arange(q_len, dtype="int32"), 1)
     offsets = ops.expand_dims(ops.arange(size, dtype="int32"), 0)
 
-    def allowed(block, mask_block):
-        """(…, Tq, size) boolean mask of one key block, or None."""
+    def allowed(start, mask_block):
+        """(…, Tq, size) boolean mask of the key block at `start`, or None."""
         result = mask_block if mask_block is not None else constant_mask
         if positional:
-            cols = ops.add(ops.multiply(block, size), offsets)
+            cols = ops.add(start, offsets)
             rule = _position_rule(rows, cols, causal, sliding_window)
             rule = ops.reshape(rule, (1, 1, 1, *rule.shape))
             result = rule if result is None else ops.logical_and(result, rule)
         return result
 
-    names = ["k", "v", "block"]
-    xs = [k_blocks, v_blocks, block_ids]
+    names = ["k", "v", "start"]
+    xs = [k_blocks, v_blocks, block_starts]
     for name, blocks_of in (("bias", bias_blocks), ("mask", mask_blocks)):
         if blocks_of is not None:
             names.append(name)
             xs.append(blocks_of)
 
     def unpack(x):
-        """A block's (k, v, index, bias or None, mask or None)."""
+        """A block's (k, v, start, bias or None, mask or None)."""
         parts = dict(zip(names, x, strict=True))
         return (
             parts["k"],
             parts["v"],
-            parts["block"],
+            parts["start"],
             parts.get("bias"),
             parts.get("mask"),
         )
@@ -487,9 +524,9 @@ def _chunked_attention(
     def forward(q, k_blocks, v_blocks):
         def step(carry, x):
             running_max, running_sum, acc = carry
-            k_block, v_block, block, bias, mask_block = unpack(x)
+            k_block, v_block, start, bias, mask_block = unpack(x)
             s = _block_logits(q, k_block)
-            keep = allowed(block, mask_block)
+            keep = allowed(start, mask_block)
             p, new_max, correction, running_sum = _backend.xla_fused(
                 _online_softmax_block
             )(s, bias, keep, running_max, running_sum)
@@ -521,9 +558,9 @@ def _chunked_attention(
 
         def step(carry, x):
             (d_q,) = carry
-            k_block, v_block, block, bias, mask_block = unpack(x)
+            k_block, v_block, start, bias, mask_block = unpack(x)
             s = ops.einsum("bhgqd,bhkd->bhgqk", q, k_block)
-            keep = allowed(block, mask_block)
+            keep = allowed(start, mask_block)
             p = _backend.xla_fused(_block_weights)(s, bias, keep, lse)
             # The kv heads' gradients sum over their groups of query heads.
             d_v = ops.einsum("bhgqk,bhgqd->bhkd", p, d_out)
@@ -885,6 +922,7 @@ def scaled_dot_product_attention(
     return_scores: bool = False,
     flash_attention: bool | None = None,
     chunk_size: int | None = None,
+    query_offset=0,
 ):
     """Scaled dot-product attention, softmax(Q Kᵀ · scale) V.
 
@@ -978,6 +1016,11 @@ def scaled_dot_product_attention(
         chunk_size: Optional positive integer, the number of keys per block
             of the chunked path; asking for it takes that path (see
             `plan_attention`). Defaults to `None` (the kernel chooses).
+        query_offset: Non-negative integer, or an integer scalar tensor (a
+            cache's update index while decoding), the key position of the
+            first query for `causal` and `sliding_window`: query `i` sits at
+            position `i + query_offset`, so causally it sees key `j` when
+            `j <= i + query_offset`. Defaults to `0`.
 
     Returns:
         The attention output, `(batch, q_len, heads, value_dim)` (3-D in,
@@ -998,6 +1041,7 @@ def scaled_dot_product_attention(
     check_positive_int("sliding_window", sliding_window, allow_none=True)
     check_rate("dropout", dropout)
     check_paths(chunk_size, flash_attention, dropout if training else 0.0)
+    _check_query_offset(query_offset)
     query, key, value = (
         t if isinstance(t, keras.KerasTensor) else ops.convert_to_tensor(t)
         for t in (query, key, value)
@@ -1063,10 +1107,15 @@ def scaled_dot_product_attention(
             causal=causal,
             sliding_window=sliding_window,
             chunk_size=plan.chunk_size,
+            query_offset=query_offset,
         )
     else:
-        positional = _positional_mask(
-            ops.shape(query)[1], ops.shape(key)[1], causal, sliding_window
+        positional = positional_mask(
+            ops.shape(query)[1],
+            ops.shape(key)[1],
+            causal,
+            sliding_window,
+            query_offset,
         )
         if positional is not None:
             mask = positional if mask is None else ops.logical_and(mask, positional)

@@ -6,7 +6,14 @@ import numpy as np
 
 
 def reference_attention(
-    query, key, value, mask=None, scale=None, causal=False, sliding_window=None
+    query,
+    key,
+    value,
+    mask=None,
+    scale=None,
+    causal=False,
+    sliding_window=None,
+    query_offset=0,
 ):
     """softmax(Q Kᵀ · scale) V, written the obvious way.
 
@@ -14,7 +21,8 @@ def reference_attention(
     than `query` (grouped-query attention): query head `h` uses their head
     `h // (H // kv_heads)`, here by repeating them as Keras's layer does.
     Returns (output, weights) with weights (B, H, Tq, Tk). Rows that may
-    attend to nothing give zeros.
+    attend to nothing give zeros. Query `i` sits at key position
+    `i + query_offset` for the causal and window rules.
     """
     q, k, v = (np.asarray(t, dtype=np.float64) for t in (query, key, value))
     squeezed = q.ndim == 3
@@ -32,7 +40,7 @@ def reference_attention(
         if mask.ndim == 3:
             mask = mask[:, None]
         allowed &= np.broadcast_to(mask, allowed.shape)
-    i = np.arange(q_len)[:, None]
+    i = np.arange(q_len)[:, None] + query_offset
     j = np.arange(k_len)[None, :]
     if causal:
         allowed &= j <= i

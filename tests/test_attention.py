@@ -8,7 +8,7 @@ import pytest
 from keras import ops
 
 from keras_selfattn import scaled_dot_product_attention
-from tests.helpers import assert_padding_ignored, gradients, to_numpy
+from tests.helpers import assert_padding_ignored, gradients, output_and_grads, to_numpy
 from tests.reference import reference_attention
 
 
@@ -118,6 +118,54 @@ def test_fast_path_matches_plain_path(rng, options):
     np.testing.assert_allclose(to_numpy(fast), ref, atol=1e-5)
     np.testing.assert_allclose(to_numpy(plain), ref, atol=1e-5)
     np.testing.assert_array_equal(to_numpy(fast)[0, 1], 0.0)
+
+
+_OFFSET_CASES = {
+    "causal-default_path-int": ({"causal": True}, {}, "int"),
+    "causal-chunked-tensor": ({"causal": True}, {"chunk_size": 2}, "tensor"),
+    "window_2-plain-int": ({"sliding_window": 2}, {"flash_attention": False}, "int"),
+    "window_2-chunked-int": ({"sliding_window": 2}, {"chunk_size": 2}, "int"),
+    "causal_window_3-default_path-tensor": (
+        {"causal": True, "sliding_window": 3},
+        {},
+        "tensor",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "rules, path, offset_as", _OFFSET_CASES.values(), ids=_OFFSET_CASES.keys()
+)
+def test_query_offset_gives_the_last_rows_of_the_full_rule(rng, rules, path, offset_as):
+    # 3 queries at key positions 4, 5, 6 of 7 (decoding from a cache): the
+    # rows 4..6 of the 7 x 7 rule, in the outputs and in every gradient.
+    q = _random(rng, 2, 3, 2, 4)
+    k, v = _random(rng, 2, 7, 2, 4), _random(rng, 2, 7, 2, 4)
+    offset = 4 if offset_as == "int" else ops.convert_to_tensor(4, "int32")
+    ref, _ = reference_attention(q, k, v, query_offset=4, **rules)
+    # Not a rule that is never read: from position 0 the rows differ.
+    assert np.abs(reference_attention(q, k, v, **rules)[0] - ref).max() > 1e-3
+    full = np.ones((7, 7), bool)
+    i, j = np.arange(7)[:, None], np.arange(7)[None, :]
+    if rules.get("causal"):
+        full &= j <= i
+    if "sliding_window" in rules:
+        full &= np.abs(i - j) < rules["sliding_window"]
+    upstream = _random(rng, 2, 3, 2, 4)
+
+    def with_offset(q, k, v):
+        return scaled_dot_product_attention(
+            q, k, v, query_offset=offset, **rules, **path
+        )
+
+    def with_rows(q, k, v):
+        return scaled_dot_product_attention(q, k, v, full[4:], **path)
+
+    out, grads = output_and_grads(with_offset, [q, k, v], upstream)
+    np.testing.assert_allclose(out, ref, atol=1e-5)
+    _, expected = output_and_grads(with_rows, [q, k, v], upstream)
+    for got, want in zip(grads, expected, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5)
 
 
 # ------------------------------------------------------------------------ masks
@@ -412,6 +460,17 @@ _BAD_CALLS = {
     "window_float": ({"sliding_window": 2.5}, "`sliding_window`"),
     "dropout_one": ({"dropout": 1.0}, "`dropout`"),
     "dropout_negative": ({"dropout": -0.1}, "`dropout`"),
+    "offset_negative": ({"causal": True, "query_offset": -1}, "`query_offset`"),
+    "offset_float": ({"causal": True, "query_offset": 1.5}, "`query_offset`"),
+    "offset_bool": ({"causal": True, "query_offset": True}, "`query_offset`"),
+    "offset_vector": (
+        {"causal": True, "query_offset": np.array([1, 2])},
+        "`query_offset`",
+    ),
+    "offset_float_array": (
+        {"causal": True, "query_offset": np.array(1.0)},
+        "`query_offset`",
+    ),
 }
 
 

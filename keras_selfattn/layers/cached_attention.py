@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from keras_selfattn.attention import positional_mask
 from keras_selfattn.layers._common import zero_padded, zero_padded_scores
 from keras_selfattn.layers.multi_head_attention import (
     MultiHeadAttention,
@@ -47,10 +48,10 @@ class CachedMultiHeadAttention(MultiHeadAttention):
     cover the new entries only), as in keras-hub. A query row that may
     attend to no key outputs zeros (keras-hub outputs an average there).
     `use_causal_mask=True` (an argument keras-hub's layer lacks) makes it
-    causal: without a `cache` as a flag to the kernel, so that no `(T, S)`
-    tensor is built and the chunked path keeps memory linear in `S`; with a
-    `cache` as the `(1, T, S)` mask whose rows start at `cache_update_index`
-    (query `i` sees key `j` when `j <= cache_update_index + i`).
+    causal: a flag to the kernel, so that no `(T, S)` tensor is built and
+    the chunked path keeps memory linear in `S`; with a `cache` the rows
+    start at `cache_update_index` (query `i` sees key `j` when
+    `j <= cache_update_index + i`, the kernel's `query_offset`).
 
     Args:
         num_heads: Positive integer, the number of attention heads.
@@ -160,12 +161,17 @@ class CachedMultiHeadAttention(MultiHeadAttention):
         hook = type(self)._compute_attention
         own_hook = hook is MultiHeadAttention._compute_attention
         extra = {}
-        if use_causal_mask and cache is None and own_hook:
+        # Causal rows start at the update index (keras-hub's
+        # `compute_causal_mask`): the kernel's `query_offset`.
+        start = 0 if cache_update_index is None else cache_update_index
+        if use_causal_mask and own_hook:
             extra["use_causal_mask"] = True  # a flag: no (T, S) tensor
-        elif use_causal_mask:  # rows from cache_update_index; one merged mask
-            start = 0 if cache_update_index is None else cache_update_index
-            causal = causal_mask(ops.shape(query)[1], ops.shape(key)[1], start)
-            attention_mask = _and(attention_mask, causal)
+            extra["query_offset"] = start
+        elif use_causal_mask:  # Keras's hook contract: one merged mask
+            causal = positional_mask(
+                ops.shape(query)[1], ops.shape(key)[1], True, None, start
+            )
+            attention_mask = _and(attention_mask, causal[0])
         if padding is not None:
             if own_hook:
                 extra["key_padding_mask"] = padding  # a key mask, no (T, S) tensor
@@ -231,15 +237,6 @@ class CachedMultiHeadAttention(MultiHeadAttention):
             )
             return output, scores, cache_spec
         return output, cache_spec
-
-
-def causal_mask(query_length, key_length, start=0):
-    """`(1, query_length, key_length)` booleans, True where key `j` <= query
-    `i` with the queries counted from `start` (an int or int tensor), as
-    keras-hub's `compute_causal_mask`."""
-    i = ops.arange(query_length, dtype="int32") + ops.cast(start, "int32")
-    j = ops.arange(key_length, dtype="int32")
-    return ops.expand_dims(i[:, None] >= j[None, :], 0)
 
 
 def _and(mask, other):

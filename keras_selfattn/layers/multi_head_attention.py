@@ -360,12 +360,15 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
         return_attention_scores=False,
         use_causal_mask=False,
         key_padding_mask=None,
+        query_offset=0,
     ):
         """Attention of projected `(batch, *dims, heads, dim)` tensors.
 
-        Keras's override point, with Keras's signature and meaning (plus
-        `key_padding_mask`, the `(batch, *key_dims)` padding mask that `call`
-        passes to this class's own hook). Returns `(output, scores)`, the
+        Keras's override point, with Keras's signature and meaning, plus two
+        arguments that only this class's own hook is given: `key_padding_mask`,
+        the `(batch, *key_dims)` padding mask that `call` passes, and
+        `query_offset`, the kernel's position of the first query for the
+        causal rule (a cache's update index). Returns `(output, scores)`, the
         scores `None` unless `return_attention_scores`.
         """
         self._check_scores_allowed(return_attention_scores)
@@ -396,6 +399,7 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
             return_scores=return_attention_scores,
             flash_attention=self._flash_attention,
             chunk_size=self._chunk_size,
+            query_offset=query_offset,
         )
         output, scores = result if return_attention_scores else (result, None)
         output = flat.from_sequences(output, query)

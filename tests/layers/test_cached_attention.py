@@ -39,10 +39,13 @@ def test_use_causal_mask_without_a_cache_is_the_lower_triangle(rng, cls, chunk_s
     assert np.abs(unmasked - expected).max() > 1e-3
 
 
+@pytest.mark.parametrize("chunk_size", [None, 2], ids=["default_path", "chunked"])
 @with_both_hooks
-def test_use_causal_mask_with_a_cache_counts_rows_from_the_update_index(rng, cls):
+def test_use_causal_mask_with_a_cache_counts_rows_from_the_update_index(
+    rng, cls, chunk_size
+):
     x = rng.normal(size=(1, 4, 8)).astype("float32")
-    layer = cls(num_heads=2, key_dim=4)
+    layer = cls(num_heads=2, key_dim=4, chunk_size=chunk_size)
     cache = np.zeros((1, 2, 4, 2, 4), "float32")
     full, cache = layer(x, x, cache=cache, cache_update_index=0, use_causal_mask=True)
     causal = np.tril(np.ones((4, 4), bool))
