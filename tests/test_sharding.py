@@ -204,7 +204,10 @@ LIMIT = 150
 
 
 def _jax_env(subprocess_env, xla_flags: str = "") -> dict:
-    return dict(subprocess_env, KERAS_BACKEND="jax", XLA_FLAGS=xla_flags)
+    """The JAX processes' environment: XLA keeps the suite's flags (its cheap
+    compiles, tests/conftest.py) and adds `xla_flags`."""
+    flags = f"{subprocess_env.get('XLA_FLAGS', '')} {xla_flags}".strip()
+    return dict(subprocess_env, KERAS_BACKEND="jax", XLA_FLAGS=flags)
 
 
 def _report(output: str) -> dict:
