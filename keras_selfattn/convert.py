@@ -217,15 +217,22 @@ def _is_block(target: type) -> bool:
     return not issubclass(target, KernelAttention)
 
 
-# What our decoder block's call gives its attention layers beyond keras-hub's.
-_BLOCK_CALL_ARGUMENTS = ("query_mask", "value_mask", "use_causal_mask")
+# What our decoder block's call gives its attention layers: keras-hub's
+# cache arguments, and beyond keras-hub's, the Keras masks and causal flag.
+_BLOCK_CALL_ARGUMENTS = (
+    "cache",
+    "cache_update_index",
+    "query_mask",
+    "value_mask",
+    "use_causal_mask",
+)
 
 
 def _why_not_block(block, drop_ins) -> str | None:
     """Why a keras-hub decoder block cannot become ours, or None: it must be
     built (Keras keeps the `build` of the class it was made as), and its
     attention layers must compute through the kernel too and take what our
-    block's call gives them (Keras masks, the causal flag)."""
+    block's call gives them (the cache, Keras masks, the causal flag)."""
     if not block.built:
         return (
             "not built yet (its attention layers do not exist): call `convert` "
@@ -237,9 +244,16 @@ def _why_not_block(block, drop_ins) -> str | None:
             continue
         if isinstance(attention, KernelAttention):
             takes = inspect.signature(attention.call).parameters
-            if all(arg in takes for arg in _BLOCK_CALL_ARGUMENTS):
+            missing = [arg for arg in _BLOCK_CALL_ARGUMENTS if arg not in takes]
+            if not missing:
                 continue
-        elif isinstance(drop_ins.get(type(attention)), type):
+            return (
+                f"its attention layer `{attention.name}` "
+                f"({_public_name(type(attention))}) does not take "
+                f"{', '.join(f'`{arg}`' for arg in missing)}, which our block "
+                "passes it"
+            )
+        if isinstance(drop_ins.get(type(attention)), type):
             continue
         return (
             f"its attention layer `{attention.name}` "

@@ -385,6 +385,19 @@ def test_a_custom_decoder_block_or_one_with_custom_attention_is_left_alone():
         "call it with arguments it does not take"
     )
     assert type(block) is keras_hub.layers.TransformerDecoder
+    # Nor one whose attention is ours but holds no cache (our plain
+    # MultiHeadAttention): our block passes it the cache arguments.
+    block = keras_hub.layers.TransformerDecoder(32, 2, name="uncached")
+    block(np.zeros((1, 4, 16), "float32"))
+    block._self_attention_layer.__class__ = keras_selfattn.MultiHeadAttention
+    report = convert(block)
+    assert report.converted == ()
+    assert report.left_alone[0].reason == (
+        f"its attention layer `{block._self_attention_layer.name}` "
+        "(keras_selfattn.MultiHeadAttention) does not take `cache`, "
+        "`cache_update_index`, which our block passes it"
+    )
+    assert type(block) is keras_hub.layers.TransformerDecoder
 
 
 @pytest.mark.tensorflow_only
