@@ -33,8 +33,9 @@ def pytest_report_header(config):
 # Tests with these marks run in one pass only. `tensorflow_only`: they need
 # TensorFlow (the demo, tf.function, tf.distribute). `backend_independent`:
 # they would test the same thing on every backend (argument checks, configs).
-# `jax_pass`: backend-agnostic and slow (the tutorial notebooks 01 and 02),
-# run once, in the JAX pass.
+# `jax_pass`: backend-agnostic and slow (the notebooks that run on any
+# backend, the lean install), run once, in the JAX pass: its lane (JAX, then
+# PyTorch and the Keras floor) is the shorter one.
 _ONE_PASS_MARKS = {
     "tensorflow_only": "tensorflow",
     "backend_independent": "tensorflow",

@@ -14,7 +14,8 @@
   TensorFlow; there the layers train on each of the two backends and the
   command line says in one line how to get the demo.
 
-All run once, in the TensorFlow pass (they pick their own backends).
+All run once (they pick their own backends): the wheel's in the TensorFlow
+pass, the lean install in the JAX pass (the lane of the shorter passes).
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def test_wheel_installed_in_a_fresh_venv_trains_and_loads_the_old_demo_model(
     assert out.startswith(("positive\t", "negative\t")) and "a great film" in out
 
 
-@pytest.mark.backend_independent
+@pytest.mark.jax_pass  # it picks its own backends; the lane of the shorter passes
 def test_lean_install_with_jax_and_torch_has_no_tensorflow_and_trains(source, tmp_path):
     # One environment for both backends: the install of Keras and its needs is
     # paid once (CI time); neither backend brings TensorFlow.

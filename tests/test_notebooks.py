@@ -31,14 +31,10 @@ CELL_TIMEOUT_S = 600  # a hang guard, not a speed requirement
 
 pytestmark = pytest.mark.notebook
 
-# The IMDB notebook needs TensorFlow (the demo); the two tutorials run on any
-# backend, and run once, in the JAX pass (tests/conftest.py). 04 (keras-hub's
-# GPT-2, converted) runs on any backend too, once, in the TensorFlow pass
-# (`backend_independent`), the lane with room left.
-_PASS = {
-    "03_imdb_sentiment": pytest.mark.tensorflow_only,
-    "04_existing_models": pytest.mark.backend_independent,
-}
+# The IMDB notebook needs TensorFlow (the demo); the others (the two
+# tutorials, 04 with keras-hub's GPT-2 converted) run on any backend, and run
+# once, in the JAX pass (tests/conftest.py): the lane of the shorter passes.
+_PASS = {"03_imdb_sentiment": pytest.mark.tensorflow_only}
 
 
 def _run_cases() -> list:
