@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import numbers
 import os
 
 import keras
@@ -204,21 +205,22 @@ def positional_mask(q_len, k_len, causal, sliding_window, query_offset=0):
 
 
 def _check_query_offset(query_offset) -> None:
-    """A non-negative int, or an integer tensor of rank 0."""
-    if isinstance(query_offset, bool) or (
-        isinstance(query_offset, int) and query_offset < 0
-    ):
-        raise _invalid("query_offset", "a non-negative integer", query_offset)
-    if isinstance(query_offset, int):
+    """A non-negative integer (Python or NumPy), or an integer tensor of
+    rank 0 (its value is not read: it may be traced)."""
+    expected = "a non-negative integer or an integer scalar tensor"
+    value = query_offset
+    if type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():
+        value = value.item()  # NumPy scalars and 0-d arrays: their Python value
+    is_int = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if is_int and value >= 0:
         return
-    dtype = getattr(query_offset, "dtype", None)
-    shape = getattr(query_offset, "shape", None)
-    if dtype is None or "int" not in str(dtype) or len(shape) != 0:
-        raise _invalid(
-            "query_offset",
-            "a non-negative integer or an integer scalar tensor",
-            query_offset,
-        )
+    try:
+        rank = len(value.shape)
+    except (AttributeError, TypeError, ValueError):  # no shape, unknown rank
+        rank = None
+    dtype = str(getattr(value, "dtype", ""))
+    if is_int or isinstance(value, bool) or rank != 0 or "int" not in dtype:
+        raise _invalid("query_offset", expected, query_offset)
 
 
 def _is_zero(offset) -> bool:
@@ -451,9 +453,9 @@ def _chunked_attention(
     q = ops.multiply(ops.cast(query, "float32"), ops.cast(scale, "float32"))
     q = ops.transpose(_split_heads(q, 2, groups), (0, 2, 3, 1, 4))
     k_blocks, v_blocks = blocks(key), blocks(value)
-    # Where each block's keys start, counted from the first query's position
-    # (the rules depend on i - j only): the offset travels with the blocks,
-    # never as a tensor the gradient closes over.
+    # Where each block's keys start, counted from the first query's position:
+    # the rules depend on i - j only, so the offset shifts the blocks' starts
+    # and the rows stay 0..q_len-1.
     block_starts = ops.multiply(ops.arange(num_blocks, dtype="int32"), size)
     if not _is_zero(query_offset):
         block_starts = ops.subtract(block_starts, ops.cast(query_offset, "int32"))
@@ -993,11 +995,12 @@ def scaled_dot_product_attention(
             makes it). Defaults to `None` (no padding).
         scale: Positive float multiplying the logits before the softmax.
             Defaults to `None`, meaning `1 / sqrt(dim)`.
-        causal: Boolean. If True, query `i` sees key `j` only when `j <= i`.
-            Defaults to `False`.
+        causal: Boolean. If True, query `i` sees key `j` only when `j <= i`
+            (`i` counted from `query_offset`). Defaults to `False`.
         sliding_window: Optional positive integer `w`. Query `i` sees key `j`
             only when `|i - j| < w`; with `causal` as well, when
-            `i - w < j <= i`. Defaults to `None` (no window).
+            `i - w < j <= i` (`i` counted from `query_offset`). Defaults to
+            `None` (no window).
         dropout: Float in `[0, 1)`, the rate of dropout on the attention
             weights, applied only when `training` is True. Defaults to `0.0`.
         training: Boolean, whether dropout is active. Defaults to `False`.

@@ -142,9 +142,14 @@ def test_query_offset_gives_the_last_rows_of_the_full_rule(rng, rules, path, off
     q = _random(rng, 2, 3, 2, 4)
     k, v = _random(rng, 2, 7, 2, 4), _random(rng, 2, 7, 2, 4)
     offset = 4 if offset_as == "int" else ops.convert_to_tensor(4, "int32")
-    ref, _ = reference_attention(q, k, v, query_offset=4, **rules)
+    # With a user mask and padding too (the last key of sequence 1).
+    user = rng.random((2, 3, 7)) > 0.2
+    padding = np.ones((2, 7), bool)
+    padding[1, 6] = False
+    visible = user & padding[:, None, :]
+    ref, _ = reference_attention(q, k, v, visible, query_offset=4, **rules)
     # Not a rule that is never read: from position 0 the rows differ.
-    assert np.abs(reference_attention(q, k, v, **rules)[0] - ref).max() > 1e-3
+    assert np.abs(reference_attention(q, k, v, visible, **rules)[0] - ref).max() > 1e-3
     full = np.ones((7, 7), bool)
     i, j = np.arange(7)[:, None], np.arange(7)[None, :]
     if rules.get("causal"):
@@ -155,11 +160,13 @@ def test_query_offset_gives_the_last_rows_of_the_full_rule(rng, rules, path, off
 
     def with_offset(q, k, v):
         return scaled_dot_product_attention(
-            q, k, v, query_offset=offset, **rules, **path
+            q, k, v, user, padding_mask=padding, query_offset=offset, **rules, **path
         )
 
     def with_rows(q, k, v):
-        return scaled_dot_product_attention(q, k, v, full[4:], **path)
+        return scaled_dot_product_attention(
+            q, k, v, user & full[4:], padding_mask=padding, **path
+        )
 
     out, grads = output_and_grads(with_offset, [q, k, v], upstream)
     np.testing.assert_allclose(out, ref, atol=1e-5)
@@ -469,6 +476,10 @@ _BAD_CALLS = {
     ),
     "offset_float_array": (
         {"causal": True, "query_offset": np.array(1.0)},
+        "`query_offset`",
+    ),
+    "offset_negative_numpy": (
+        {"causal": True, "query_offset": np.int64(-1)},
         "`query_offset`",
     ),
 }

@@ -49,9 +49,12 @@ class CachedMultiHeadAttention(MultiHeadAttention):
     attend to no key outputs zeros (keras-hub outputs an average there).
     `use_causal_mask=True` (an argument keras-hub's layer lacks) makes it
     causal: a flag to the kernel, so that no `(T, S)` tensor is built and
-    the chunked path keeps memory linear in `S`; with a `cache` the rows
-    start at `cache_update_index` (query `i` sees key `j` when
-    `j <= cache_update_index + i`, the kernel's `query_offset`).
+    the chunked path keeps memory linear in `S`. With a `cache`, the
+    queries sit at `cache_update_index` for the causal rule and for
+    `sliding_window` alike (causally, query `i` sees key `j` when
+    `j <= cache_update_index + i`: the kernel's `query_offset`); a subclass
+    that overrides `_compute_attention` (whose Keras signature has no query
+    position) gets a `ValueError` for a `sliding_window` with a `cache`.
 
     Args:
         num_heads: Positive integer, the number of attention heads.
@@ -161,12 +164,25 @@ class CachedMultiHeadAttention(MultiHeadAttention):
         hook = type(self)._compute_attention
         own_hook = hook is MultiHeadAttention._compute_attention
         extra = {}
-        # Causal rows start at the update index (keras-hub's
-        # `compute_causal_mask`): the kernel's `query_offset`.
+        # The queries sit at the update index (keras-hub's
+        # `compute_causal_mask`), for the causal rule and the sliding window:
+        # the kernel's `query_offset`.
         start = 0 if cache_update_index is None else cache_update_index
-        if use_causal_mask and own_hook:
-            extra["use_causal_mask"] = True  # a flag: no (T, S) tensor
-            extra["query_offset"] = start
+        if own_hook:
+            if use_causal_mask:
+                extra["use_causal_mask"] = True  # a flag: no (T, S) tensor
+            if cache is not None:
+                extra["query_offset"] = start
+        elif cache is not None and self._sliding_window is not None:
+            # Keras's hook takes no offset: its window would count the
+            # queries from 0. Refused rather than answered wrongly.
+            raise ValueError(
+                "A subclass of `CachedMultiHeadAttention` that overrides "
+                "`_compute_attention` cannot decode from a `cache` with "
+                "`sliding_window` (the hook has no query position). Received: "
+                f"sliding_window={self._sliding_window}, "
+                f"{type(self).__name__}._compute_attention overridden"
+            )
         elif use_causal_mask:  # Keras's hook contract: one merged mask
             causal = positional_mask(
                 ops.shape(query)[1], ops.shape(key)[1], True, None, start

@@ -344,8 +344,9 @@ class TransformerDecoder(TransformerBlock):
         # Self-attention part. Without a cache the padding goes in as Keras
         # masks (a key mask; explicit, so Keras does not put the Keras mask in
         # instead) and causality as a flag: no (T, T) tensor is built, and
-        # the chunked path keeps memory linear in T. With a cache the layer
-        # builds the causal rows from the update index.
+        # the chunked path keeps memory linear in T. With a cache the
+        # attention layer counts the causal rows from the update index (the
+        # kernel's `query_offset`).
         self_masks = {}
         if padding is not None and self_attention_cache is None:
             check_keras_mask("decoder_padding_mask", padding, decoder_sequence)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from keras_selfattn import CachedMultiHeadAttention
-from tests.helpers import to_numpy
+from tests.helpers import needs_keras, to_numpy
 
 
 class _OwnHook(CachedMultiHeadAttention):
@@ -56,3 +56,41 @@ def test_use_causal_mask_with_a_cache_counts_rows_from_the_update_index(
         x[:, 2:3], x[:, 2:3], cache=cache, cache_update_index=2, use_causal_mask=True
     )
     np.testing.assert_allclose(to_numpy(step), expected[:, 2:3], atol=1e-5)
+
+
+needs_sliding_window = needs_keras("3.15", "MultiHeadAttention's sliding_window")
+
+
+@needs_sliding_window
+@pytest.mark.parametrize("chunk_size", [None, 2], ids=["default_path", "chunked"])
+@pytest.mark.parametrize("causal_as", ["flag", "mask"])
+def test_sliding_window_with_a_cache_counts_rows_from_the_update_index(
+    rng, causal_as, chunk_size
+):
+    # Decoding position 4 alone from the cache gives row 4 of the full pass,
+    # whether causality comes as the flag or as keras-hub's explicit mask.
+    x = rng.normal(size=(1, 6, 8)).astype("float32")
+    layer = CachedMultiHeadAttention(
+        num_heads=2, key_dim=4, sliding_window=2, chunk_size=chunk_size
+    )
+    causal = np.tril(np.ones((6, 6), bool))
+    expected = to_numpy(layer(x, x, attention_mask=causal))
+    cache = np.zeros((1, 2, 6, 2, 4), "float32")
+    _, cache = layer(x, x, cache=cache, cache_update_index=0, attention_mask=causal)
+    if causal_as == "flag":
+        masks = {"use_causal_mask": True}
+    else:
+        masks = {"attention_mask": causal[None, 4:5]}
+    step, _ = layer(x[:, 4:5], x[:, 4:5], cache=cache, cache_update_index=4, **masks)
+    np.testing.assert_allclose(to_numpy(step), expected[:, 4:5], atol=1e-5)
+
+
+@needs_sliding_window
+def test_a_subclass_hook_refuses_a_sliding_window_with_a_cache(rng):
+    x = rng.normal(size=(1, 3, 8)).astype("float32")
+    layer = _OwnHook(num_heads=2, key_dim=4, sliding_window=2)
+    cache = np.zeros((1, 2, 3, 2, 4), "float32")
+    with pytest.raises(
+        ValueError, match=r"cannot decode from a `cache` with `sliding_window`"
+    ):
+        layer(x, x, cache=cache, cache_update_index=0)
