@@ -187,12 +187,12 @@ class CachedMultiHeadAttention(MultiHeadAttention):
             causal = positional_mask(
                 ops.shape(query)[1], ops.shape(key)[1], True, None, start
             )
-            attention_mask = _and(attention_mask, causal[0])
+            attention_mask = _combined(attention_mask, causal[0])
         if padding is not None:
             if own_hook:
                 extra["key_padding_mask"] = padding  # a key mask, no (T, S) tensor
             else:  # Keras's hook contract: one merged mask
-                attention_mask = _and(attention_mask, padding[:, None, :])
+                attention_mask = _combined(attention_mask, padding[:, None, :])
         attention_output, attention_scores = self._compute_attention(
             query=query,
             key=key,
@@ -253,8 +253,3 @@ class CachedMultiHeadAttention(MultiHeadAttention):
             )
             return output, scores, cache_spec
         return output, cache_spec
-
-
-def _and(mask, other):
-    """`mask` and `other` (booleans), `other` where there is no `mask`."""
-    return other if mask is None else ops.logical_and(mask, other)

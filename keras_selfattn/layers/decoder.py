@@ -14,6 +14,7 @@ from keras_selfattn.layers._common import (
     zero_padded,
 )
 from keras_selfattn.layers.cached_attention import CachedMultiHeadAttention
+from keras_selfattn.layers.multi_head_attention import _combined
 
 
 def _wrong_inputs(built_with: bool) -> ValueError:
@@ -305,7 +306,7 @@ class TransformerDecoder(TransformerBlock):
             3,
             "(batch, target_length, source_length)",
         )
-        return attention_mask if mask is None else ops.logical_and(mask, attention_mask)
+        return _combined(mask, attention_mask)
 
     # ------------------------------------------------------------- calling
 
