@@ -145,7 +145,9 @@ def test_train_leaves_the_global_dtype_policy_as_it_found_it(tmp_path, capsys):
     assert lines[-1] == f"test accuracy: {result.accuracy:.4f}"
 
 
-def test_the_default_model_trains_in_mixed_precision_with_its_blend(tmp_path, capsys):
+def test_the_default_model_trains_in_mixed_precision_with_its_blend(
+    tmp_path, capsys, monkeypatch
+):
     # The default (n-gram branch on) in mixed precision: NB-LR is fitted,
     # the blend too (25 validation texts and their crops: enough of each
     # class), and what it predicts is finite and survives a save and load.
@@ -165,7 +167,17 @@ def test_the_default_model_trains_in_mixed_precision_with_its_blend(tmp_path, ca
         **TINY,
     )
     assert config.ngram_logit  # the default
+    traces = []  # `train_step` runs in Python only while `fit` traces it
+    step = keras.Model.train_step
+    monkeypatch.setattr(
+        keras.Model,
+        "train_step",
+        lambda self, data: traces.append(1) or step(self, data),
+    )
     result = train(config)
+    # Traced once: the accuracy metric exists before the first step (Keras
+    # makes a metric named by a string inside it, and the step traced twice).
+    assert len(traces) == 1
     assert keras.config.dtype_policy().name == "float32"
     encoder = result.model.get_layer(f"{imdb_model.ENCODER}_0")
     assert encoder.dtype_policy.name.startswith("mixed_")  # bfloat16 on a CPU
