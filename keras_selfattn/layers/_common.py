@@ -27,6 +27,16 @@ def check_keras_mask(argument: str, mask, inputs) -> None:
         )
 
 
+def combined_masks(*masks):
+    """The logical and of the given (batch, ...) masks, or None."""
+    result = None
+    for mask in masks:
+        if mask is not None:
+            mask = ops.cast(mask, "bool")
+            result = mask if result is None else ops.logical_and(result, mask)
+    return result
+
+
 def zero_padded(outputs, query_mask):
     """Zeros `outputs` (B, T, ...) where `query_mask` (B, T) is False.
 

@@ -6,11 +6,12 @@ import keras
 from keras import ops
 
 from keras_selfattn.attention import positional_mask
-from keras_selfattn.layers._common import zero_padded, zero_padded_scores
-from keras_selfattn.layers.multi_head_attention import (
-    MultiHeadAttention,
-    _combined,
+from keras_selfattn.layers._common import (
+    combined_masks,
+    zero_padded,
+    zero_padded_scores,
 )
+from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
@@ -131,7 +132,7 @@ class CachedMultiHeadAttention(MultiHeadAttention):
             # Keras's masks (which keras-hub's layer ignores); with a cache
             # they would cover the new entries only, and are not read.
             self._check_call_masks(query, value, key, query_mask, value_mask, key_mask)
-            padding = _combined(value_mask, key_mask)
+            padding = combined_masks(value_mask, key_mask)
             # Padding may hold NaN or inf: zeroed (a select) before projecting.
             query = zero_padded(query, query_mask)
             key, value = zero_padded(key, padding), zero_padded(value, padding)
@@ -187,12 +188,12 @@ class CachedMultiHeadAttention(MultiHeadAttention):
             causal = positional_mask(
                 ops.shape(query)[1], ops.shape(key)[1], True, None, start
             )
-            attention_mask = _combined(attention_mask, causal[0])
+            attention_mask = combined_masks(attention_mask, causal[0])
         if padding is not None:
             if own_hook:
                 extra["key_padding_mask"] = padding  # a key mask, no (T, S) tensor
             else:  # Keras's hook contract: one merged mask
-                attention_mask = _combined(attention_mask, padding[:, None, :])
+                attention_mask = combined_masks(attention_mask, padding[:, None, :])
         attention_output, attention_scores = self._compute_attention(
             query=query,
             key=key,

@@ -9,12 +9,12 @@ from keras_selfattn._validation import check_rank, invalid
 from keras_selfattn.layers._block import TransformerBlock
 from keras_selfattn.layers._common import (
     check_keras_mask,
+    combined_masks,
     keras_mask_of,
     rederive_call_attributes,
     zero_padded,
 )
 from keras_selfattn.layers.cached_attention import CachedMultiHeadAttention
-from keras_selfattn.layers.multi_head_attention import _combined
 
 
 def _wrong_inputs(built_with: bool) -> ValueError:
@@ -306,7 +306,7 @@ class TransformerDecoder(TransformerBlock):
             3,
             "(batch, target_length, source_length)",
         )
-        return _combined(mask, attention_mask)
+        return combined_masks(mask, attention_mask)
 
     # ------------------------------------------------------------- calling
 

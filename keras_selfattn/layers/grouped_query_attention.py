@@ -16,6 +16,7 @@ from keras_selfattn._validation import (
 )
 from keras_selfattn.attention import masked_softmax, scaled_dot_product_attention
 from keras_selfattn.layers._common import (
+    combined_masks,
     zero_padded,
     zero_padded_scores,
 )
@@ -23,7 +24,6 @@ from keras_selfattn.layers._kernel_attention import (
     KernelAttention,
     check_value_and_key_shapes,
 )
-from keras_selfattn.layers.multi_head_attention import _combined
 
 # The Keras release whose `keras.layers.GroupQueryAttention` has the
 # constructor this drop-in mirrors: the layer exists since Keras 3.0.0,
@@ -268,7 +268,7 @@ class GroupQueryAttention(KernelAttention, _Base):
         if attention_mask is not None:
             attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
         # Padding may hold NaN or inf: zeroed (a select) before projecting.
-        padding = _combined(value_mask, key_mask)
+        padding = combined_masks(value_mask, key_mask)
         query = zero_padded(query, query_mask)
         key, value = zero_padded(key, padding), zero_padded(value, padding)
         gate = self._gate_dense(query) if self.use_gate else None

@@ -17,6 +17,7 @@ from keras_selfattn._validation import (
 )
 from keras_selfattn.attention import masked_softmax, scaled_dot_product_attention
 from keras_selfattn.layers._common import (
+    combined_masks,
     zero_padded,
 )
 from keras_selfattn.layers._kernel_attention import (
@@ -301,7 +302,7 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
         key = value if key is None else key
         self._check_scores_allowed(return_attention_scores)
         self._check_call_masks(query, value, key, query_mask, value_mask, key_mask)
-        padding = _combined(value_mask, key_mask)
+        padding = combined_masks(value_mask, key_mask)
         if attention_mask is not None:
             attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
         own_hook = (
@@ -565,16 +566,6 @@ def _for_this_keras(**arguments) -> dict:
                 f"Received: {name}={value!r}"
             )
     return accepted
-
-
-def _combined(*masks):
-    """The logical and of the given (batch, ...) masks, or None."""
-    result = None
-    for mask in masks:
-        if mask is not None:
-            mask = ops.cast(mask, "bool")
-            result = mask if result is None else ops.logical_and(result, mask)
-    return result
 
 
 def _check_output_shape(output_shape) -> None:
