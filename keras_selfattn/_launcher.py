@@ -8,7 +8,11 @@ In any other process than the command line (`keras-selfattn ...` or
 1. checks that the demo extra is installed (TensorFlow, the bundled reviews,
    matplotlib) before any demo module is imported, else prints one line naming
    the install command and exits 2;
-2. defaults `KERAS_BACKEND` to `tensorflow` and `TF_CPP_MIN_LOG_LEVEL` to 2;
+2. defaults `KERAS_BACKEND` to `tensorflow` and `TF_CPP_MIN_LOG_LEVEL` to 3
+   (none of TensorFlow's C++ log lines: the error-level ones are notices too,
+   such as "oneDNN supports DT_BOOL only on platforms with AVX-512", which
+   `explain` printed after its output on an Intel Xeon; a real failure
+   still raises, and the command prints it in one line);
 3. imports Keras (and so TensorFlow) and finds the devices with file
    descriptor 2 sent to a temporary file: TensorFlow's C++ start-up lines
    (the oneDNN notice, the CUDA `I0000 ...` lines, `E0000 ... failed call to
@@ -68,9 +72,11 @@ def check_demo_installed() -> None:
 
 
 def set_environment() -> None:
-    """TensorFlow as the backend and its C++ logs at warnings and up, by default."""
+    """TensorFlow as the backend and its C++ logs off, by default; with
+    `KERAS_SELFATTN_DEBUG` set, TensorFlow's own log level."""
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if not os.environ.get("KERAS_SELFATTN_DEBUG"):
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
 @contextlib.contextmanager

@@ -46,6 +46,25 @@ def test_predict_prints_only_its_own_line(command, subprocess_env):
     assert len(lines) == 1 and PREDICTION.fullmatch(lines[0]), result.stdout[:3000]
 
 
+@pytest.mark.parametrize(
+    ("given", "debug", "expected"),
+    [(None, None, "3"), ("1", None, "1"), (None, "1", None)],
+    ids=["default-silent", "the-users-level", "debug-keeps-tensorflows"],
+)
+def test_the_command_silences_tensorflows_cpp_logs(given, debug, expected, monkeypatch):
+    for name, value in (
+        ("TF_CPP_MIN_LOG_LEVEL", given),
+        ("KERAS_SELFATTN_DEBUG", debug),
+    ):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
+    _launcher.set_environment()
+    assert os.environ.get("TF_CPP_MIN_LOG_LEVEL") == expected
+
+
 def test_quiet_stderr_hides_file_descriptor_2(capfd, monkeypatch):
     monkeypatch.delenv("KERAS_SELFATTN_DEBUG", raising=False)
     with _launcher.quiet_stderr():
