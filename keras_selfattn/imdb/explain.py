@@ -52,7 +52,8 @@ class Explanation:
             positive towards "positive": integrated gradients (Sundararajan
             et al., 2017) over the token and bigram vectors, from the
             review with no words (position vectors only), for the
-            attention branch, plus the
+            attention branch (a word pair's vector's credit split half to
+            each of its two words), plus the
             token's exact share of the n-gram branch (each distinct word's
             weight split over its occurrences, each word pair's over its
             two words). With `baseline` and `rest` they sum to the logit,
@@ -156,8 +157,11 @@ def explainer(model: keras.Model) -> keras.Model:
     strings `(batch,)` to: the token ids `(batch, T)` after the clip; the
     token vectors that the pooling reads `(batch, T, D)`; the pooling
     weights `(batch, pooling_heads, T)`; the last encoder block's
-    self-attention maps `(batch, num_heads, T, T)`; and the model's own
-    output, the probabilities `(batch, 1)`. Only the last encoder block and
+    self-attention maps `(batch, num_heads, T, T)`; the model's own
+    output, the probabilities `(batch, 1)`; the vectors the first encoder
+    block reads and the token and position vectors alone (`(batch, T, D)`
+    each: their difference is the bigram vectors); and the unclipped token
+    (and bigram) ids that the n-gram branch reads. Only the last encoder block and
     the pooling are called a second time, on the tensors the model gives
     them, to return their weights; every other tensor is the model's own.
     Made once per model.
@@ -184,6 +188,7 @@ def explainer(model: keras.Model) -> keras.Model:
             _Scores.of(encoders[-1]),
             model.outputs[0],
             keras.tree.flatten(model.get_layer(imdb_model.EMBEDDING_DROPOUT).input)[0],
+            model.get_layer(imdb_model.EMBEDDING).output,
             model.get_layer(imdb_model.TEXT_VECTORIZATION).output,
         ]
         if imdb_model.BIGRAM_VECTORIZATION in names:
@@ -235,7 +240,8 @@ def explain(model, text: str) -> Explanation:
     clip = model.get_layer(imdb_model.CLIP)
     classifier = model.get_layer(imdb_model.CLASSIFIER)
     texts = tf.constant([text])
-    ids, x, weights, maps, probability, vectors_in, *all_ids = explainer(model)(texts)
+    outputs = explainer(model)(texts)
+    ids, x, weights, maps, probability, vectors_in, token_vectors, *all_ids = outputs
     probability = float(np.asarray(probability)[0, 0])
 
     ids = np.asarray(ids)[0]
@@ -274,7 +280,9 @@ def explain(model, text: str) -> Explanation:
     # Attributions: integrated gradients for the attention branch, and the
     # n-gram branch's exact shares.
     mask = tf.not_equal(ids[None], 0)
-    gradients, baseline = integrated_gradients(model, vectors_in, mask)
+    gradients, baseline = integrated_gradients(
+        model, vectors_in, mask, token_vectors=token_vectors
+    )
     attributions = gradients[:length].astype("float64")
     baseline += float(np.asarray(classifier.bias)[0])
     rest = ngram_share = 0.0
@@ -305,7 +313,9 @@ def explain(model, text: str) -> Explanation:
 IG_STEPS = 64
 
 
-def integrated_gradients(model, vectors, mask, steps: int = IG_STEPS):
+def integrated_gradients(
+    model, vectors, mask, steps: int = IG_STEPS, *, token_vectors=None
+):
     """Integrated gradients of the attention branch's logit over the token
     and bigram vectors (Sundararajan et al., 2017).
 
@@ -314,9 +324,14 @@ def integrated_gradients(model, vectors, mask, steps: int = IG_STEPS):
     pooling and the classifier's kernel on the pooled vector) runs on the
     baseline plus `(k + 0.5) / steps` (`k = 0 .. steps - 1`) of the words'
     vectors (token and bigram vectors), with the review's padding mask; each
-    token's attribution is its words' vector times the mean gradient, summed
-    over the features. Their sum is the branch's logit on the review minus
-    its logit on the baseline, up to the midpoint rule's error.
+    position's attribution is its words' vector times the mean gradient,
+    summed over the features. With `token_vectors`, the part that comes from
+    the bigram vector of a position (the pair of that word and the one
+    before it) is split half to each of the pair's two words, as a word
+    pair's weight is in the n-gram branch: in "not good" the pair's credit
+    goes to "not" as much as to "good". Their sum is the branch's logit on
+    the review minus its logit on the baseline, up to the midpoint rule's
+    error.
 
     Args:
         model: A model from `build_model`.
@@ -324,6 +339,10 @@ def integrated_gradients(model, vectors, mask, steps: int = IG_STEPS):
             (token, position and bigram vectors, summed).
         mask: `(1, T)` boolean, True at real tokens.
         steps: Points of the integral. Defaults to `IG_STEPS` (64).
+        token_vectors: `(1, T, D)` the token and position vectors alone
+            (`vectors` less the bigram vectors), or None to credit each
+            bigram vector to the position it is added at. Defaults to
+            `None`.
 
     Returns:
         `(attributions (T,), the branch's logit on the baseline)`.
@@ -361,9 +380,17 @@ def integrated_gradients(model, vectors, mask, steps: int = IG_STEPS):
         tape.watch(path)
         outputs = branch(path, masks)
     gradients = tape.gradient(outputs, path)
-    attributions = tf.reduce_sum(words[0] * tf.reduce_mean(gradients, 0), -1)
+    mean = tf.reduce_mean(gradients, 0)
+    attributions = tf.reduce_sum(words[0] * mean, -1).numpy()
+    if token_vectors is not None:
+        # Position t's bigram vector is the pair (t - 1, t)'s: half of its
+        # credit moves to word t - 1, as the n-gram branch splits a pair.
+        pairs = vectors[0] - tf.cast(token_vectors, "float32")[0]
+        pair = tf.reduce_sum(pairs * mean, -1).numpy()
+        attributions[:-1] += pair[1:] / 2
+        attributions[1:] -= pair[1:] / 2
     start = float(branch(baseline, mask).numpy()[0])
-    return attributions.numpy(), start
+    return attributions, start
 
 
 def _ngram_shares(model, streams: list[np.ndarray]) -> np.ndarray:

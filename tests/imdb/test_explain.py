@@ -248,6 +248,36 @@ def test_a_planted_word_gets_the_largest_attribution():
     np.testing.assert_allclose(total, logit, atol=0.02 * abs(logit - result.baseline))
 
 
+def test_a_word_pairs_credit_is_split_between_its_two_words():
+    texts, _ = _planted()
+    model = build_model(
+        texts, vocab_size=30, bigram_vocab_size=60,
+        max_len=16, embed_dim=8, num_heads=1, intermediate_dim=8, ngram_logit=False,
+    )  # fmt: skip
+    # Only word pairs move the logit: the token vectors are zero.
+    tokens = model.get_layer(imdb_model.EMBEDDING).token_embedding.embeddings
+    tokens.assign(np.zeros(tokens.shape, "float32"))
+    pairs = model.get_layer(imdb_model.BIGRAM_EMBEDDING).embedding.embeddings
+    pairs.assign(np.random.default_rng(1).normal(size=pairs.shape).astype("float32"))
+    text = "the cast was a zorb story"
+    ids, *_, vectors, token_vectors = explain.explainer(model)(np.array([text]))[:7]
+    mask = np.asarray(ids) != 0
+    # Without the token vectors, a pair's credit lands on its second word
+    # (word 0 holds the vector of the padding id, no pair: it stays there).
+    at_end, _ = explain.integrated_gradients(model, vectors, mask)
+    assert np.abs(at_end[1:]).min() > 0
+    expected = at_end.copy()
+    expected[1:] -= at_end[1:] / 2
+    expected[:-1] += at_end[1:] / 2
+    split, _ = explain.integrated_gradients(
+        model, vectors, mask, token_vectors=token_vectors
+    )
+    np.testing.assert_allclose(split, expected, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(split.sum(), at_end.sum(), rtol=1e-5)
+    result = explain.explain(model, text)
+    np.testing.assert_allclose(result.attributions, split, rtol=1e-5, atol=1e-7)
+
+
 def test_ngram_shares_split_a_word_over_its_occurrences():
     texts, labels = _planted()
     model = build_model(
