@@ -18,7 +18,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["TOKENS", "NbLr", "plausibility", "vader_lexicon", "vader_probabilities"]
+__all__ = [
+    "TOKENS",
+    "NbLr",
+    "plausibility",
+    "vader_lexicon",
+    "vader_probabilities",
+    "wilson_interval",
+]
 
 # NB-LR's tokens: words (of any length) and the marks ! and ?.
 TOKENS = r"(?u)\b\w+\b|[!?]"
@@ -108,26 +115,27 @@ def vader_lexicon() -> dict[str, float]:
 def plausibility(
     explanations: Sequence[tuple[Sequence[str], np.ndarray]],
     lexicon: dict[str, float],
-    seed: int = 0,
 ) -> dict[str, float]:
     """Do explanations point at the words people rated?
 
     Over the texts holding at least one lexicon word: how often the token
     with the largest absolute attribution is a lexicon word (`top`), how
-    often a random token is (`random`), their ratio, and, over the top-3
-    tokens that are lexicon words, how often the attribution's sign is the
-    word's valence's (`sign_agreement`).
+    often a token drawn at random is (`random`: the expectation, the mean
+    share of lexicon words per text, not one draw per text, so that the
+    ratio carries no sampling noise of its own), their ratio, and, over the
+    top-3 tokens that are lexicon words, how often the attribution's sign is
+    the word's valence's (`sign_agreement`, with its Wilson 95% interval).
 
     Args:
         explanations: `(tokens, attributions)` per text.
         lexicon: Word -> valence, as `vader_lexicon()`.
-        seed: Seed of the random tokens. Defaults to `0`.
 
     Returns:
-        `{"texts", "top", "random", "ratio", "sign_agreement", "signed"}`.
+        `{"texts", "top", "random", "ratio", "sign_agreement", "signed",
+        "interval"}`; `interval` is `(low, high)`.
     """
-    rng = np.random.default_rng(seed)
-    top = random = texts = agree = signed = 0
+    top = random = 0.0
+    texts = agree = signed = 0
     for tokens, attributions in explanations:
         hits = np.array([t in lexicon for t in tokens], dtype=bool)
         if not hits.any():
@@ -136,7 +144,7 @@ def plausibility(
         values = np.asarray(attributions, dtype="float64")
         order = np.argsort(-np.abs(values), kind="stable")
         top += bool(hits[order[0]])
-        random += bool(hits[int(rng.integers(len(tokens)))])
+        random += float(hits.mean())
         for i in order[:3]:
             if hits[i] and values[i] != 0:
                 signed += 1
@@ -149,4 +157,16 @@ def plausibility(
         "ratio": top_rate / random_rate if random_rate else float("inf"),
         "sign_agreement": agree / max(signed, 1),
         "signed": signed,
+        "interval": wilson_interval(agree, signed),
     }
+
+
+def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple:
+    """Wilson's score interval of a proportion (95% for `z = 1.96`)."""
+    if not trials:
+        return (0.0, 1.0)
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * np.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
+    half /= 1 + z * z / trials
+    return (float(centre - half), float(centre + half))

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.baselines import NbLr, plausibility, vader_lexicon, vader_probabilities
+from benchmarks.baselines import (
+    NbLr,
+    plausibility,
+    vader_lexicon,
+    vader_probabilities,
+    wilson_interval,
+)
 
 pytestmark = pytest.mark.backend_independent
 
@@ -49,8 +55,17 @@ def test_plausibility_by_hand():
         (["an", "awful", "film"], np.array([-1.0, 0.5, 0.2])),  # top: an; awful +
         (["no", "words"], np.array([1.0, 2.0])),  # no lexicon word: left out
     ]
-    m = plausibility(explanations, lexicon, seed=0)
+    m = plausibility(explanations, lexicon)
     assert m["texts"] == 2 and m["top"] == 0.5
+    # A random token of either counted text is its lexicon word 1 time in 3.
+    assert m["random"] == pytest.approx(1 / 3) and m["ratio"] == pytest.approx(1.5)
     # Top-3 lexicon tokens: great (+, valence +) and awful (+, valence -).
     assert m["signed"] == 2 and m["sign_agreement"] == 0.5
-    assert m["random"] in (0.0, 0.5, 1.0)
+    assert m["interval"] == pytest.approx(wilson_interval(1, 2))
+
+
+def test_wilson_interval_by_hand():
+    # 8 of 10, z = 1.96: the textbook interval (0.490, 0.943).
+    low, high = wilson_interval(8, 10)
+    assert (round(low, 3), round(high, 3)) == (0.49, 0.943)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
