@@ -45,7 +45,7 @@ import time
 from importlib.metadata import version
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 PROBABILITY_ATOL = 1e-5
 
