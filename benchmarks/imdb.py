@@ -159,16 +159,19 @@ def trust_report(path: str, faithfulness_reviews: int, explained: int = 300) -> 
     reviews, rt, last_set = (set_name for set_name, _, _ in sets)
     nblr_name = arms[1][0]
     verdicts = [
-        (f"held-out reviews: ours {results['ours', reviews]:.4f} >= NB-LR "
-         f"{results[nblr_name, reviews]:.4f}",
+        (f"held-out reviews: ours {results['ours', reviews]:.4f} (goal: at "
+         f"least NB-LR's {results[nblr_name, reviews]:.4f})",
          results["ours", reviews] >= results[nblr_name, reviews]),
-        (f"held-out reviews: ECE {eces['ours', reviews]:.4f} <= {GOALS['ece_imdb']}",
+        (f"held-out reviews: ECE {eces['ours', reviews]:.4f} (goal <= "
+         f"{GOALS['ece_imdb']})",
          eces["ours", reviews] <= GOALS["ece_imdb"]),
-        (f"Rotten Tomatoes test split: {results['ours', rt]:.4f} >= {GOALS['rt']}",
+        (f"Rotten Tomatoes test split: {results['ours', rt]:.4f} (goal >= "
+         f"{GOALS['rt']})",
          results["ours", rt] >= GOALS["rt"]),
-        (f"Rotten Tomatoes test split: ECE {eces['ours', rt]:.4f} <= "
-         f"{GOALS['ece_rt']}", eces["ours", rt] <= GOALS["ece_rt"]),
-        (f"last sentences: {results['ours', last_set]:.4f} >= {GOALS['last']}",
+        (f"Rotten Tomatoes test split: ECE {eces['ours', rt]:.4f} (goal <= "
+         f"{GOALS['ece_rt']})", eces["ours", rt] <= GOALS["ece_rt"]),
+        (f"last sentences: {results['ours', last_set]:.4f} (goal >= "
+         f"{GOALS['last']})",
          results["ours", last_set] >= GOALS["last"]),
     ]  # fmt: skip
 
@@ -201,11 +204,12 @@ def trust_report(path: str, faithfulness_reviews: int, explained: int = 300) -> 
             low, high = m["interval"]
             if kind == "attributions":
                 verdicts += [
-                    (f"{name}: plausibility {m['ratio']:.2f}x >= "
-                     f"{GOALS['plausibility_ratio']}x",
+                    (f"{name}: plausibility {m['ratio']:.2f}x (goal >= "
+                     f"{GOALS['plausibility_ratio']}x)",
                      m["ratio"] >= GOALS["plausibility_ratio"]),
-                    (f"{name}: sign agreement {m['sign_agreement']:.3f} >= "
-                     f"{GOALS['sign_agreement']}",
+                    (f"{name}: sign agreement {m['sign_agreement']:.3f}, 95% "
+                     f"{low:.3f} to {high:.3f} (goal >= "
+                     f"{GOALS['sign_agreement']})",
                      m["sign_agreement"] >= GOALS["sign_agreement"]),
                 ]  # fmt: skip
             print(
