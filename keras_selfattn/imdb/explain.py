@@ -615,6 +615,7 @@ def plot(
     positions = np.arange(len(tokens))
     colors = np.where(shares >= 0, "#2ca02c", "#9467bd")
     bars.bar(positions, shares, width=1.0, color=colors)
+    bars.margins(y=0.15)  # room for the labels of the longest bars
     bars.axhline(0.0, color="gray", linewidth=0.8)
     bars.set_xlim(-0.5, n - 0.5)
     bars.set_xlabel("token position")
