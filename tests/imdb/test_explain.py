@@ -231,12 +231,17 @@ def _planted(n: int = 40):
     return texts, np.array(labels)
 
 
+def _planted_model(texts, ngram_logit: bool):
+    """A tiny model of `_planted`'s vocabulary, with or without the n-gram branch."""
+    return build_model(
+        texts, vocab_size=30, bigram_vocab_size=60, max_len=16, embed_dim=8,
+        num_heads=1, intermediate_dim=8, ngram_logit=ngram_logit,
+    )  # fmt: skip
+
+
 def test_a_planted_word_gets_the_largest_attribution():
     texts, labels = _planted()
-    model = build_model(
-        texts, vocab_size=30, bigram_vocab_size=60,
-        max_len=16, embed_dim=8, num_heads=1, intermediate_dim=8, ngram_logit=True,
-    )  # fmt: skip
+    model = _planted_model(texts, ngram_logit=True)
     ngrams.fit_ngram_branch(model, texts, labels)
     ngrams.blend(model, texts, labels)
     text = "the cast was a zorb story and the plot"
@@ -250,10 +255,7 @@ def test_a_planted_word_gets_the_largest_attribution():
 
 def test_a_word_pairs_credit_is_split_between_its_two_words():
     texts, _ = _planted()
-    model = build_model(
-        texts, vocab_size=30, bigram_vocab_size=60,
-        max_len=16, embed_dim=8, num_heads=1, intermediate_dim=8, ngram_logit=False,
-    )  # fmt: skip
+    model = _planted_model(texts, ngram_logit=False)
     # Only word pairs move the logit: the token vectors are zero.
     tokens = model.get_layer(imdb_model.EMBEDDING).token_embedding.embeddings
     tokens.assign(np.zeros(tokens.shape, "float32"))
