@@ -30,6 +30,7 @@ batch is padded to its own longest review rather than to `max_len`;
 from __future__ import annotations
 
 import math
+import weakref
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -497,14 +498,19 @@ def logits(
     return (features @ kernel + bias)[:, 0]
 
 
+_CLASSIFIER_INPUTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def classifier_inputs(
     model: keras.Model, texts: Sequence[str], batch_size: int = 128
 ) -> np.ndarray:
     """What the classifier reads for `texts`, in float64, `(len(texts),
     features)`: the pooled vector, and last the n-gram score in a model with
     the n-gram branch."""
-    inputs = keras.Model(model.inputs, model.get_layer(CLASSIFIER).input)
-    return _in_order(inputs, texts, batch_size).astype("float64")
+    if model not in _CLASSIFIER_INPUTS:  # one sub-model (and trace) per model
+        inputs = keras.Model(model.inputs, model.get_layer(CLASSIFIER).input)
+        _CLASSIFIER_INPUTS[model] = inputs
+    return _in_order(_CLASSIFIER_INPUTS[model], texts, batch_size).astype("float64")
 
 
 def evaluate(
