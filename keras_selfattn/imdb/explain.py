@@ -8,7 +8,9 @@ exact share of the linear n-gram branch). As a second view it returns the
 `AttentionPooling` weight of every token (the weight each token's vector gets
 in the average that the classifier reads), each token's share of the
 attention branch's logit through the pooling, and the last encoder block's
-per-head self-attention maps. `plot` draws the review
+per-head self-attention maps. `occlusion` (leave one token out) is the
+method the attributions were measured against and chosen over
+(`benchmarks/imdb.py --trust`). `plot` draws the review
 as text with each token shaded by its weight, the shares as bars below it
 and, on request, the per-head maps, on a `matplotlib.figure.Figure` of its
 own: it leaves pyplot and matplotlib's backend alone. The model's layers are
@@ -34,6 +36,7 @@ __all__ = [
     "explainer",
     "faithfulness",
     "integrated_gradients",
+    "occlusion",
     "plot",
     "relative_weights",
     "token_scores",
@@ -393,6 +396,34 @@ def integrated_gradients(
     return attributions, start
 
 
+def occlusion(model, tokens: list[str], batch_size: int = 128) -> np.ndarray:
+    """Leave-one-token-out attributions (occlusion; Li et al., 2016).
+
+    Each token's attribution is the model's logit on the text as it read it
+    (`tokens` joined by spaces) minus its logit with that token deleted:
+    positive towards "positive". The method needs no gradient and sees the
+    whole model, context included; it does not sum to the logit (a word
+    that another word backs up loses little when deleted alone). The demo
+    measures it beside `Explanation.attributions` (`benchmarks/imdb.py
+    --trust`), which it chose by that measurement.
+
+    Args:
+        model: A model from `build_model` (or loaded from its file).
+        tokens: The text's tokens, as `Explanation.tokens`.
+        batch_size: Texts per prediction batch. Defaults to `128`.
+
+    Returns:
+        `(len(tokens),)` float64 logit differences.
+    """
+    tokens = list(tokens)
+    if not tokens:
+        return np.zeros(0)
+    variants = [" ".join(tokens)]
+    variants += [" ".join(tokens[:i] + tokens[i + 1 :]) for i in range(len(tokens))]
+    values = imdb_model.logits(model, variants, batch_size)
+    return values[0] - values[1:]
+
+
 def _ngram_shares(model, streams: list[np.ndarray]) -> np.ndarray:
     """Each word's share of the n-gram branch's score (before the classifier's
     weight), over all the review's words (unclipped): a distinct word's
@@ -664,11 +695,14 @@ def plot(
 # ---------------------------------------------------------------------------
 # Faithfulness: do the tokens an explanation ranks first decide the output?
 
-EXPLANATIONS = ("attributions", "weights", "shares", "random")
+EXPLANATIONS = ("attributions", "weights", "shares", "random", "occlusion")
 
 
 def token_scores(
-    explanation: Explanation, kind: str, rng: np.random.Generator | None = None
+    explanation: Explanation,
+    kind: str,
+    rng: np.random.Generator | None = None,
+    model=None,
 ) -> np.ndarray:
     """How much each token matters, by one of the demo's explanations.
 
@@ -677,8 +711,11 @@ def token_scores(
         kind: `"attributions"` (`Explanation.attributions` towards the
             predicted class), `"weights"` (the pooling weights), `"shares"`
             (each token's pooling share of the logit towards the predicted
-            class) or `"random"` (a random ranking: the baseline).
+            class), `"random"` (a random ranking: the baseline) or
+            `"occlusion"` (`occlusion` towards the predicted class).
         rng: The generator for `"random"`. Defaults to `None`.
+        model: The model whose tokens `"occlusion"` deletes; needed for
+            that kind only. Defaults to `None`.
 
     Returns:
         `(len(tokens),)` scores, higher = more important.
@@ -686,13 +723,20 @@ def token_scores(
     check_one_of("kind", kind, EXPLANATIONS)
     if kind == "weights":
         return np.asarray(explanation.weights, dtype="float64")
-    if kind == "attributions":
-        sign = 1.0 if explanation.probability > imdb_model.THRESHOLD else -1.0
-        return sign * np.asarray(explanation.attributions, dtype="float64")
-    if kind == "shares":
-        sign = 1.0 if explanation.probability > imdb_model.THRESHOLD else -1.0
-        return sign * np.asarray(explanation.contributions, dtype="float64")
-    return (rng or np.random.default_rng()).random(len(explanation.tokens))
+    if kind == "random":
+        return (rng or np.random.default_rng()).random(len(explanation.tokens))
+    if kind == "occlusion" and model is None:
+        raise ValueError(
+            "Argument `model` is required for kind='occlusion': the tokens "
+            "are deleted and the text scored again. Received: model=None"
+        )
+    values = {
+        "attributions": lambda: explanation.attributions,
+        "shares": lambda: explanation.contributions,
+        "occlusion": lambda: occlusion(model, explanation.tokens),
+    }[kind]()
+    sign = 1.0 if explanation.probability > imdb_model.THRESHOLD else -1.0
+    return sign * np.asarray(values, dtype="float64")
 
 
 def erase(
@@ -724,6 +768,7 @@ def faithfulness(
     texts: list[str],
     fractions: tuple[float, ...] = (0.01, 0.05, 0.1, 0.2),
     seed: int = 0,
+    kinds: tuple[str, ...] = EXPLANATIONS[:4],
 ) -> dict[str, dict[float, dict[str, float]]]:
     """ERASER's comprehensiveness and sufficiency (DeYoung et al., 2020).
 
@@ -738,18 +783,23 @@ def faithfulness(
         texts: The reviews.
         fractions: The shares `k` of tokens. Defaults to 1%, 5%, 10%, 20%.
         seed: The seed of the random baseline. Defaults to `0`.
+        kinds: The explanations measured, of `EXPLANATIONS` (see
+            `token_scores`). Defaults to all but `"occlusion"` (which
+            scores each review once per token).
 
     Returns:
         `{kind: {k: {"comprehensiveness": ..., "sufficiency": ...}}}` for
-        each kind of `EXPLANATIONS`.
+        each kind of `kinds`.
     """
+    for kind in kinds:
+        check_one_of("kinds", kind, EXPLANATIONS)
     rng = np.random.default_rng(seed)
     explanations = [explain(model, text) for text in texts]
     variants = [" ".join(e.tokens) for e in explanations]  # the text as read
     cases = []  # (kind, k, measure, index of the review)
     for index, e in enumerate(explanations):
-        for kind in EXPLANATIONS:
-            scores = token_scores(e, kind, rng)
+        for kind in kinds:
+            scores = token_scores(e, kind, rng, model)
             for k in fractions:
                 for measure, keep in (("comprehensiveness", False),
                                       ("sufficiency", True)):  # fmt: skip

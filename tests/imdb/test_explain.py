@@ -96,6 +96,39 @@ def test_token_scores_point_towards_the_predicted_class():
     np.testing.assert_allclose(explain.token_scores(e, "attributions"), -e.attributions)
     with pytest.raises(ValueError, match="`kind`"):
         explain.token_scores(e, "gradients")
+    with pytest.raises(ValueError, match="`model` is required"):
+        explain.token_scores(e, "occlusion")
+
+
+# A stand-in logit with context: each word's value, and "not" reverses the
+# word after it.
+VALUES = {"great": 2.0, "awful": -3.0}
+
+
+def _stand_in_logits(model, texts, batch_size=128):
+    def logit(words):
+        return sum(
+            VALUES.get(w, 0.0) * (-1.0 if i and words[i - 1] == "not" else 1.0)
+            for i, w in enumerate(words)
+        )
+
+    return np.array([logit(t.split()) for t in texts], dtype="float64")
+
+
+def test_occlusion_is_the_logit_lost_when_a_token_is_deleted(monkeypatch):
+    monkeypatch.setattr(imdb_model, "logits", _stand_in_logits)
+    tokens = ["not", "great", ",", "awful"]  # logit -2 - 3 = -5
+    # Without "not": 2 - 3 = -1; without "great": -3 (the "not" now
+    # reverses ","); without ",": -2 - 3; without "awful": -2.
+    np.testing.assert_allclose(
+        explain.occlusion(None, tokens), [-4.0, -2.0, 0.0, -3.0], atol=0
+    )
+    assert explain.occlusion(None, []).shape == (0,)
+    e = _explanation(n=4)
+    e.tokens, e.probability = tokens, 0.1  # negative: the scores flip
+    np.testing.assert_allclose(
+        explain.token_scores(e, "occlusion", model="stand-in"), [4.0, 2.0, 0.0, 3.0]
+    )
 
 
 # The stand-in model of the faithfulness test: its answer hangs on one word.
@@ -108,6 +141,11 @@ def _stand_in_predict(model, texts):
         return next((p for w, p in PLANTED.items() if w in words), 0.5)
 
     return np.array([probability(t) for t in texts])
+
+
+def _stand_in_planted_logits(model, texts, batch_size=128):
+    p = _stand_in_predict(model, texts)
+    return np.log(p / (1 - p))
 
 
 def _stand_in_explain(model, text):
@@ -138,8 +176,16 @@ def test_faithfulness_is_the_drop_in_the_predicted_class(monkeypatch):
     ]
     monkeypatch.setattr(imdb_model, "predict", _stand_in_predict)
     monkeypatch.setattr(explain, "explain", _stand_in_explain)
+    monkeypatch.setattr(imdb_model, "logits", _stand_in_planted_logits)
     result = explain.faithfulness(None, texts, fractions=(0.1, 0.3, 1.0), seed=0)
     assert set(result) == {"attributions", "weights", "shares", "random"}
+    kinds = ("occlusion", "weights")
+    occluded = explain.faithfulness("stand-in", texts, (0.1, 0.3, 1.0), 0, kinds)
+    assert set(occluded) == set(kinds)
+    assert occluded["weights"] == result["weights"]
+    result["occlusion"] = occluded["occlusion"]
+    with pytest.raises(ValueError, match="`kinds`"):
+        explain.faithfulness(None, texts, kinds=("gradients",))
     # The predicted class's probability falls to 0.5 without the planted
     # word: by 0.8 - 0.5 = 0.3 (positive) and (1 - 0.1) - 0.5 = 0.4
     # (negative), 0.35 on average; it does not move while the word stays.
@@ -150,6 +196,7 @@ def test_faithfulness_is_the_drop_in_the_predicted_class(monkeypatch):
         ("weights", missed),
         ("shares", found),
         ("attributions", found),
+        ("occlusion", found),
     ):
         assert set(result[kind]) == {0.1, 0.3, 1.0}
         for k in (0.1, 0.3):  # 1 and 3 tokens
@@ -251,6 +298,10 @@ def test_a_planted_word_gets_the_largest_attribution():
     (logit,) = imdb_model.logits(model, [text])
     total = result.attributions.sum() + result.baseline + result.rest
     np.testing.assert_allclose(total, logit, atol=0.02 * abs(logit - result.baseline))
+    # Occlusion, the measured alternative, finds it too.
+    occluded = explain.occlusion(model, result.tokens)
+    assert result.tokens[int(np.argmax(occluded))] == "zorb"
+    assert occluded.max() > 0
 
 
 def test_a_word_pairs_credit_is_split_between_its_two_words():
