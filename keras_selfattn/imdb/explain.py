@@ -26,7 +26,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from keras_selfattn._validation import check_one_of
+from keras_selfattn._validation import check_one_of, invalid
 from keras_selfattn.imdb import model as imdb_model
 
 __all__ = [
@@ -401,11 +401,13 @@ def occlusion(model, tokens: list[str], batch_size: int = 128) -> np.ndarray:
 
     Each token's attribution is the model's logit on the text as it read it
     (`tokens` joined by spaces) minus its logit with that token deleted:
-    positive towards "positive". The method needs no gradient and sees the
-    whole model, context included; it does not sum to the logit (a word
-    that another word backs up loses little when deleted alone). The demo
-    measures it beside `Explanation.attributions` (`benchmarks/imdb.py
-    --trust`), which it chose by that measurement.
+    positive towards "positive", whatever the model predicts. For a review
+    longer than the model reads, `Explanation.tokens` are the clipped text,
+    so the logits are those of the clipped text too. The method needs no
+    gradient and sees the whole model, context included; it does not sum to
+    the logit (a word that another word backs up loses little when deleted
+    alone). The demo measures it beside `Explanation.attributions`
+    (`benchmarks/imdb.py --trust`), which it chose by that measurement.
 
     Args:
         model: A model from `build_model` (or loaded from its file).
@@ -718,7 +720,13 @@ def token_scores(
             that kind only. Defaults to `None`.
 
     Returns:
-        `(len(tokens),)` scores, higher = more important.
+        `(len(tokens),)` scores, higher = more important. The signed kinds
+        are turned towards the class of `Explanation.probability` (the
+        prediction on the whole text).
+
+    Raises:
+        ValueError: If `kind` is not one of `EXPLANATIONS`, or if it is
+            `"occlusion"` and `model` is `None`.
     """
     check_one_of("kind", kind, EXPLANATIONS)
     if kind == "weights":
@@ -768,7 +776,7 @@ def faithfulness(
     texts: list[str],
     fractions: tuple[float, ...] = (0.01, 0.05, 0.1, 0.2),
     seed: int = 0,
-    kinds: tuple[str, ...] = EXPLANATIONS[:4],
+    kinds: tuple[str, ...] = ("attributions", "weights", "shares", "random"),
 ) -> dict[str, dict[float, dict[str, float]]]:
     """ERASER's comprehensiveness and sufficiency (DeYoung et al., 2020).
 
@@ -790,7 +798,15 @@ def faithfulness(
     Returns:
         `{kind: {k: {"comprehensiveness": ..., "sufficiency": ...}}}` for
         each kind of `kinds`.
+
+    Raises:
+        ValueError: If `kinds` is a string rather than a tuple of them, or
+            names a kind that is not one of `EXPLANATIONS`.
     """
+    if isinstance(kinds, str):
+        raise invalid(
+            "kinds", f"a tuple of names of `EXPLANATIONS`, such as ({kinds!r},)", kinds
+        )
     for kind in kinds:
         check_one_of("kinds", kind, EXPLANATIONS)
     rng = np.random.default_rng(seed)

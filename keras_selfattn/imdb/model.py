@@ -498,6 +498,8 @@ def logits(
     return (features @ kernel + bias)[:, 0]
 
 
+# One sub-model per model, kept while the model lives: each sub-model keeps
+# its own traced predict function, so a call costs a prediction, not a trace.
 _CLASSIFIER_INPUTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 

@@ -129,6 +129,10 @@ def test_occlusion_is_the_logit_lost_when_a_token_is_deleted(monkeypatch):
     np.testing.assert_allclose(
         explain.token_scores(e, "occlusion", model="stand-in"), [4.0, 2.0, 0.0, 3.0]
     )
+    e.probability = 0.9  # positive: they stay
+    np.testing.assert_allclose(
+        explain.token_scores(e, "occlusion", model="stand-in"), [-4.0, -2.0, 0.0, -3.0]
+    )
 
 
 # The stand-in model of the faithfulness test: its answer hangs on one word.
@@ -179,13 +183,17 @@ def test_faithfulness_is_the_drop_in_the_predicted_class(monkeypatch):
     monkeypatch.setattr(imdb_model, "logits", _stand_in_planted_logits)
     result = explain.faithfulness(None, texts, fractions=(0.1, 0.3, 1.0), seed=0)
     assert set(result) == {"attributions", "weights", "shares", "random"}
-    kinds = ("occlusion", "weights")
+    kinds = ("occlusion", "random")
     occluded = explain.faithfulness("stand-in", texts, (0.1, 0.3, 1.0), 0, kinds)
     assert set(occluded) == set(kinds)
-    assert occluded["weights"] == result["weights"]
+    # Occlusion draws nothing from the seeded generator: the random
+    # baseline beside it is the same one.
+    assert occluded["random"] == result["random"]
     result["occlusion"] = occluded["occlusion"]
-    with pytest.raises(ValueError, match="`kinds`"):
+    with pytest.raises(ValueError, match=r"`kinds`.*Received: kinds='gradients'"):
         explain.faithfulness(None, texts, kinds=("gradients",))
+    with pytest.raises(ValueError, match=r"expected a tuple.*Received: kinds='random'"):
+        explain.faithfulness(None, texts, kinds="random")
     # The predicted class's probability falls to 0.5 without the planted
     # word: by 0.8 - 0.5 = 0.3 (positive) and (1 - 0.1) - 0.5 = 0.4
     # (negative), 0.35 on average; it does not move while the word stays.
