@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 
 def invalid(argument: str, expected: str, received: Any) -> ValueError:
     """Returns the package's `ValueError` for one bad argument."""
@@ -28,6 +30,30 @@ def check_positive_int(argument: str, value: Any, allow_none=False) -> None:
     if not _is_int(value) or value <= 0:
         expected = "a positive integer" + (" or `None`" if allow_none else "")
         raise invalid(argument, expected, value)
+
+
+def check_bool(argument: str, value: Any, allow_none=False) -> None:
+    """`True` or `False` (a Python or NumPy bool), not a truthy stand-in.
+
+    A string such as `"no"` is truthy: taken as given, it would turn on what
+    the caller meant to turn off.
+    """
+    if allow_none and value is None:
+        return
+    if not isinstance(value, (bool, np.bool_)):
+        raise invalid(
+            argument, "a boolean" + (" or `None`" if allow_none else ""), value
+        )
+
+
+# The largest seed that every backend's random generator takes: PyTorch's
+# takes a signed 32-bit seed, JAX's an unsigned 32-bit one.
+MAX_SEED = 2**31 - 1
+
+
+def check_seed(value: Any) -> None:
+    """A dropout seed: `None` or an integer in `[0, MAX_SEED]`."""
+    check_int_in_range("seed", value, 0, MAX_SEED, allow_none=True)
 
 
 def check_rate(argument: str, value: Any) -> None:

@@ -22,6 +22,7 @@ from keras import ops
 
 from keras_selfattn import _backend
 from keras_selfattn._validation import (
+    check_bool,
     check_paths,
     check_positive_float,
     check_positive_int,
@@ -1041,8 +1042,11 @@ def scaled_dot_product_attention(
     ((2, 5, 4, 8), (2, 4, 5, 5))
     """
     check_positive_float("scale", scale, allow_none=True)
+    check_bool("causal", causal)
     check_positive_int("sliding_window", sliding_window, allow_none=True)
     check_rate("dropout", dropout)
+    check_bool("return_scores", return_scores)
+    check_bool("flash_attention", flash_attention, allow_none=True)
     check_paths(chunk_size, flash_attention, dropout if training else 0.0)
     _check_query_offset(query_offset)
     query, key, value = (

@@ -482,6 +482,10 @@ _BAD_CALLS = {
         {"causal": True, "query_offset": np.int64(-1)},
         "`query_offset`",
     ),
+    # A truthy string would turn on what the caller meant to turn off.
+    "causal_string": ({"causal": "no"}, "`causal`"),
+    "return_scores_int": ({"return_scores": 1}, "`return_scores`"),
+    "flash_string": ({"flash_attention": "no"}, "`flash_attention`"),
 }
 
 

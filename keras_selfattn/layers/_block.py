@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import keras
 
-from keras_selfattn._validation import check_known_last_dim, check_rank, invalid
+from keras_selfattn._validation import (
+    MAX_SEED,
+    check_known_last_dim,
+    check_rank,
+    invalid,
+)
 from keras_selfattn.layers._common import (
     check_block_arguments,
     clone_initializer,
@@ -43,8 +48,9 @@ class TransformerBlock(keras.layers.Layer):
         **kwargs,
     ):
         check_block_arguments(
-            intermediate_dim, num_heads, dropout, attention_dropout, layer_norm_epsilon
-        )
+            intermediate_dim, num_heads, dropout, attention_dropout,
+            layer_norm_epsilon, normalize_first, seed,
+        )  # fmt: skip
         super().__init__(**kwargs)
         self.intermediate_dim = intermediate_dim
         self.num_heads = num_heads
@@ -83,8 +89,9 @@ class TransformerBlock(keras.layers.Layer):
         }
 
     def _seed(self, offset: int) -> int | None:
-        """The seed of the block's `offset`-th random sub-layer."""
-        return None if self.seed is None else self.seed + offset
+        """The seed of the block's `offset`-th random sub-layer (wrapped to
+        stay a seed every backend takes)."""
+        return None if self.seed is None else (self.seed + offset) % (MAX_SEED + 1)
 
     def _attention_rate(self) -> float:
         """The dropout rate on the attention weights (keras-hub: `dropout`)."""

@@ -7,7 +7,15 @@ import inspect
 import keras
 from keras import ops
 
-from keras_selfattn._validation import check_positive_int, check_rate, invalid
+from keras_selfattn._validation import (
+    check_bool,
+    check_paths,
+    check_positive_float,
+    check_positive_int,
+    check_rate,
+    check_seed,
+    invalid,
+)
 
 
 def check_keras_mask(argument: str, mask, inputs) -> None:
@@ -113,15 +121,34 @@ def keras_mask_of(x):
     return get_keras_mask(x)
 
 
+def check_attention_options(
+    *, use_bias, dropout, sliding_window, scale, flash_attention, chunk_size,
+    use_gate, seed,
+) -> None:  # fmt: skip
+    """The argument checks that `MultiHeadAttention` and
+    `GroupQueryAttention` share (Keras's arguments and the kernel's)."""
+    check_bool("use_bias", use_bias)
+    check_rate("dropout", dropout)
+    check_positive_int("sliding_window", sliding_window, allow_none=True)
+    check_positive_float("scale", scale, allow_none=True)
+    check_bool("flash_attention", flash_attention, allow_none=True)
+    check_paths(chunk_size, flash_attention, dropout)
+    check_bool("use_gate", use_gate)
+    check_seed(seed)
+
+
 def check_block_arguments(
-    intermediate_dim, num_heads, dropout, attention_dropout, layer_norm_epsilon
-) -> None:
+    intermediate_dim, num_heads, dropout, attention_dropout, layer_norm_epsilon,
+    normalize_first, seed,
+) -> None:  # fmt: skip
     """The argument checks of the Transformer blocks (keras-hub's arguments)."""
     check_positive_int("intermediate_dim", intermediate_dim)
     check_positive_int("num_heads", num_heads)
     check_rate("dropout", dropout)
     if attention_dropout is not None:
         check_rate("attention_dropout", attention_dropout)
+    check_bool("normalize_first", normalize_first)
+    check_seed(seed)
     if (
         isinstance(layer_norm_epsilon, bool)
         or not isinstance(layer_norm_epsilon, (int, float))

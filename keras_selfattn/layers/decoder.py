@@ -101,7 +101,8 @@ class TransformerDecoder(TransformerBlock):
             Defaults to `False`.
         attention_dropout: Optional float in `[0, 1)`, dropout rate on the
             attention weights. Defaults to `None`, meaning `dropout`.
-        seed: Optional integer seed for the dropouts. Defaults to `None`.
+        seed: Optional integer seed for the dropouts, from 0 to 2**31 - 1
+            (the seeds every backend takes). Defaults to `None`.
         **kwargs: Base layer arguments, such as `name` and `dtype`, and
             keras-hub's `decoder_sequence_shape` and `encoder_sequence_shape`
             (from its configs), which build the layer at once.

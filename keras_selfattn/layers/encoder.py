@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_selfattn._validation import check_one_of, check_rank, invalid
+from keras_selfattn._validation import check_one_of, check_rank
 from keras_selfattn.layers._block import TransformerBlock
 from keras_selfattn.layers._common import check_keras_mask, keras_mask_of, zero_padded
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
@@ -114,7 +114,8 @@ class TransformerEncoder(TransformerBlock):
         attention_dropout: Optional float in `[0, 1)`, dropout rate on the
             attention weights. Defaults to `None`, meaning `dropout` (as
             keras-hub does).
-        seed: Optional integer seed for the dropouts. Defaults to `None`.
+        seed: Optional integer seed for the dropouts, from 0 to 2**31 - 1
+            (the seeds every backend takes). Defaults to `None`.
         attention: String, the attention layer of the block:
             `"keras_selfattn"` (`keras_selfattn.MultiHeadAttention`) or
             `"keras"` (`keras.layers.MultiHeadAttention`, to compare the two
@@ -174,12 +175,7 @@ class TransformerEncoder(TransformerBlock):
         attention: str = "keras_selfattn",
         **kwargs,
     ):
-        if attention not in _ATTENTION_LAYERS:
-            raise invalid(
-                "attention",
-                f"one of {', '.join(map(repr, _ATTENTION_LAYERS))}",
-                attention,
-            )
+        check_one_of("attention", attention, tuple(_ATTENTION_LAYERS))
         super().__init__(
             intermediate_dim,
             num_heads,

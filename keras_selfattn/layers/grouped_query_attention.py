@@ -8,14 +8,12 @@ import keras
 from keras import ops
 
 from keras_selfattn._validation import (
-    check_paths,
-    check_positive_float,
     check_positive_int,
-    check_rate,
     invalid,
 )
 from keras_selfattn.attention import masked_softmax, scaled_dot_product_attention
 from keras_selfattn.layers._common import (
+    check_attention_options,
     combined_masks,
     zero_padded,
     zero_padded_scores,
@@ -140,7 +138,8 @@ class GroupQueryAttention(KernelAttention, _Base):
         use_gate: Boolean. If True, a sigmoid gate projected from the query
             multiplies the attention output before the output projection
             (Gated Attention). Defaults to `False`.
-        seed: Optional integer seed for the dropout. Defaults to `None`.
+        seed: Optional integer seed for the dropout, from 0 to 2**31 - 1
+            (the seeds every backend takes). Defaults to `None`.
         scale: Optional positive float multiplying the logits before the
             softmax. Defaults to `None`, meaning `1 / sqrt(head_dim)`.
         chunk_size: Optional positive integer. If set, attention runs over
@@ -215,10 +214,16 @@ class GroupQueryAttention(KernelAttention, _Base):
                 f"shares one key and value head; num_query_heads={num_query_heads})",
                 num_key_value_heads,
             )
-        check_rate("dropout", dropout)
-        check_positive_int("sliding_window", sliding_window, allow_none=True)
-        check_positive_float("scale", scale, allow_none=True)
-        check_paths(chunk_size, flash_attention, dropout)
+        check_attention_options(
+            use_bias=use_bias,
+            dropout=dropout,
+            sliding_window=sliding_window,
+            scale=scale,
+            flash_attention=flash_attention,
+            chunk_size=chunk_size,
+            use_gate=use_gate,
+            seed=seed,
+        )
         super().__init__(
             head_dim=head_dim,
             num_query_heads=num_query_heads,
@@ -358,7 +363,7 @@ class GroupQueryAttention(KernelAttention, _Base):
             dropout=self.dropout,
             training=bool(training),
             seed=seed,
-            return_scores=return_attention_scores,
+            return_scores=bool(return_attention_scores),
             flash_attention=self._flash_attention,
             chunk_size=self._chunk_size,
         )

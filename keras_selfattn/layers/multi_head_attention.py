@@ -9,14 +9,12 @@ import keras
 from keras import ops
 
 from keras_selfattn._validation import (
-    check_paths,
-    check_positive_float,
     check_positive_int,
-    check_rate,
     invalid,
 )
 from keras_selfattn.attention import masked_softmax, scaled_dot_product_attention
 from keras_selfattn.layers._common import (
+    check_attention_options,
     combined_masks,
     zero_padded,
 )
@@ -116,7 +114,8 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
             multiplies the attention output before the output projection
             (Gated Attention). Needs Keras 3.14 or newer (an older Keras
             raises a `ValueError`). Defaults to `False`.
-        seed: Optional integer seed for the dropout. Defaults to `None`.
+        seed: Optional integer seed for the dropout, from 0 to 2**31 - 1
+            (the seeds every backend takes). Defaults to `None`.
         scale: Optional positive float multiplying the logits before the
             softmax. Defaults to `None`, meaning `1 / sqrt(key_dim)`.
         chunk_size: Optional positive integer. If set, attention runs over
@@ -196,10 +195,16 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
         check_positive_int("num_heads", num_heads)
         check_positive_int("key_dim", key_dim)
         check_positive_int("value_dim", value_dim, allow_none=True)
-        check_rate("dropout", dropout)
-        check_positive_int("sliding_window", sliding_window, allow_none=True)
-        check_positive_float("scale", scale, allow_none=True)
-        check_paths(chunk_size, flash_attention, dropout)
+        check_attention_options(
+            use_bias=use_bias,
+            dropout=dropout,
+            sliding_window=sliding_window,
+            scale=scale,
+            flash_attention=flash_attention,
+            chunk_size=chunk_size,
+            use_gate=use_gate,
+            seed=seed,
+        )
         _check_output_shape(output_shape)
         _check_attention_axes(attention_axes)
         newer = _for_this_keras(
@@ -397,7 +402,7 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
             dropout=self._dropout,
             training=bool(training),
             seed=seed,
-            return_scores=return_attention_scores,
+            return_scores=bool(return_attention_scores),
             flash_attention=self._flash_attention,
             chunk_size=self._chunk_size,
             query_offset=query_offset,

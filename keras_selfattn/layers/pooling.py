@@ -6,12 +6,14 @@ import keras
 from keras import ops
 
 from keras_selfattn._validation import (
+    check_bool,
     check_known_last_dim,
     check_non_negative_float,
     check_positive_float,
     check_positive_int,
     check_rank,
     check_rate,
+    check_seed,
     invalid,
 )
 from keras_selfattn.attention import scaled_dot_product_attention
@@ -57,7 +59,8 @@ class AttentionPooling(keras.layers.Layer):
             Defaults to `0.0`.
         scale: Optional positive float multiplying the logits before the
             softmax. Defaults to `None`, meaning `1 / sqrt(key_dim)`.
-        seed: Optional integer seed for the dropout. Defaults to `None`.
+        seed: Optional integer seed for the dropout, from 0 to 2**31 - 1
+            (the seeds every backend takes). Defaults to `None`.
         entropy_penalty: Non-negative float. If positive, the layer adds
             this times the mean entropy (in nats) of its pooling weights to
             its losses while training, so that the pooling prefers a few
@@ -124,9 +127,11 @@ class AttentionPooling(keras.layers.Layer):
     ):
         check_positive_int("num_heads", num_heads)
         check_positive_int("key_dim", key_dim, allow_none=True)
+        check_bool("use_bias", use_bias)
         check_rate("dropout", dropout)
         check_non_negative_float("entropy_penalty", entropy_penalty)
         check_positive_float("scale", scale, allow_none=True)
+        check_seed(seed)
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.key_dim = key_dim
@@ -206,7 +211,7 @@ class AttentionPooling(keras.layers.Layer):
             inputs, (*batch_seq, self.num_heads, features // self.num_heads)
         )
         penalize = bool(training) and self.entropy_penalty > 0
-        with_scores = return_attention_scores or penalize
+        with_scores = bool(return_attention_scores or penalize)
         query = ops.cast(self.query, keys.dtype)
         query = ops.broadcast_to(
             ops.reshape(query, (1, 1, self.num_heads, key_dim)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_selfattn._validation import check_positive_int, check_rank
+from keras_selfattn._validation import check_bool, check_positive_int, check_rank
 from keras_selfattn.layers._common import (
     set_weight_options,
     weight_options_config,
@@ -82,6 +82,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         check_positive_int("vocabulary_size", vocabulary_size)
         check_positive_int("sequence_length", sequence_length)
         check_positive_int("embedding_dim", embedding_dim)
+        check_bool("mask_zero", mask_zero)
         super().__init__(**kwargs)
         self.vocabulary_size = vocabulary_size
         self.sequence_length = sequence_length

@@ -6,12 +6,14 @@ import keras
 from keras import ops, regularizers
 
 from keras_selfattn._validation import (
+    check_bool,
     check_known_last_dim,
     check_paths,
     check_positive_float,
     check_positive_int,
     check_rank,
     check_rate,
+    check_seed,
     invalid,
 )
 from keras_selfattn.attention import scaled_dot_product_attention
@@ -65,7 +67,8 @@ class SelfAttention(keras.layers.Layer):
             only to positions `j` with `|i - j| < w`. Defaults to `None`.
         scale: Optional positive float multiplying the logits before the
             softmax. Defaults to `None`, meaning `1 / sqrt(units // num_heads)`.
-        seed: Optional integer seed for the dropout. Defaults to `None`.
+        seed: Optional integer seed for the dropout, from 0 to 2**31 - 1
+            (the seeds every backend takes). Defaults to `None`.
         chunk_size: Optional positive integer. If set, attention runs over
             blocks of `chunk_size` keys with an online softmax, in memory
             linear in the sequence length (training too; see
@@ -147,9 +150,13 @@ class SelfAttention(keras.layers.Layer):
                 "gets units // num_heads dimensions",
                 units,
             )
+        check_bool("use_bias", use_bias)
+        check_bool("use_output_projection", use_output_projection, allow_none=True)
         check_rate("dropout", dropout)
+        check_bool("causal", causal)
         check_positive_int("sliding_window", sliding_window, allow_none=True)
         check_positive_float("scale", scale, allow_none=True)
+        check_seed(seed)
         check_paths(chunk_size, dropout=dropout)
         super().__init__(activity_regularizer=activity_regularizer, **kwargs)
         self.units = units
@@ -246,12 +253,12 @@ class SelfAttention(keras.layers.Layer):
             value,
             padding_mask=mask,
             scale=self.scale,
-            causal=self.causal or use_causal_mask,
+            causal=bool(self.causal or use_causal_mask),
             sliding_window=self.sliding_window,
             dropout=self.dropout,
             training=bool(training),
             seed=self.seed_generator,
-            return_scores=return_attention_scores,
+            return_scores=bool(return_attention_scores),
             chunk_size=self.chunk_size,
         )
         output, scores = result if return_attention_scores else (result, None)

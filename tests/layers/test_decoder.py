@@ -19,8 +19,18 @@ from tests.helpers import to_numpy
         ({"dropout": 1.0}, "dropout"),
         ({"attention_dropout": -0.1}, "attention_dropout"),
         ({"layer_norm_epsilon": 0}, "layer_norm_epsilon"),
+        ({"normalize_first": 1}, "normalize_first"),
+        ({"seed": -1}, "seed"),
     ],
-    ids=["intermediate_dim", "num_heads", "dropout", "attention_dropout", "epsilon"],
+    ids=[
+        "intermediate_dim",
+        "num_heads",
+        "dropout",
+        "attention_dropout",
+        "epsilon",
+        "normalize_first_int",
+        "seed_negative",
+    ],
 )
 def test_bad_arguments(kwargs, argument):
     with pytest.raises(ValueError, match=f"`{argument}`"):

@@ -106,6 +106,16 @@ def test_dropout_only_in_training(rng):
     assert not np.allclose(to_numpy(layer(x, training=True)), to_numpy(layer(x)))
 
 
+def test_the_largest_seed_gives_every_sub_layer_a_seed_this_backend_takes(rng):
+    # The block offsets its seed for each dropout sub-layer; PyTorch's
+    # generator takes no seed above 2**31 - 1, so the offsets wrap around.
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    layer = TransformerEncoder(16, num_heads=2, dropout=0.5, seed=2**31 - 1)
+    out = to_numpy(layer(x, training=True))
+    assert np.all(np.isfinite(out))
+    assert not np.allclose(out, to_numpy(layer(x)))
+
+
 @pytest.mark.backend_independent
 @pytest.mark.parametrize(
     "kwargs, argument",
@@ -115,6 +125,22 @@ def test_dropout_only_in_training(rng):
         ({"dropout": -0.1}, "dropout"),
         ({"attention_dropout": 1.0}, "attention_dropout"),
         ({"layer_norm_epsilon": 0}, "layer_norm_epsilon"),
+        ({"normalize_first": "no"}, "normalize_first"),
+        # Checked when the block is made, not from its first call's offsets.
+        ({"seed": 1.5}, "seed"),
+        ({"seed": "1"}, "seed"),
+        ({"attention": ["keras"]}, "attention"),
+    ],
+    ids=[
+        "intermediate_dim",
+        "num_heads",
+        "dropout",
+        "attention_dropout",
+        "epsilon",
+        "normalize_first_string",
+        "seed_float",
+        "seed_string",
+        "attention_list",
     ],
 )
 def test_bad_arguments(kwargs, argument):

@@ -310,8 +310,22 @@ def test_long_sequences_take_the_chunked_path(memory_budget, chunked_calls):
         ({**_HEADS, "sliding_window": 0}, "sliding_window"),
         ({**_HEADS, "scale": 0}, "`scale`"),
         ({**_HEADS, "chunk_size": 4, "dropout": 0.1}, "chunk_size"),
+        ({**_HEADS, "use_bias": "no"}, "`use_bias`"),
+        ({**_HEADS, "flash_attention": "no"}, "`flash_attention`"),
+        ({**_HEADS, "seed": "1"}, "`seed`"),
     ],
-    ids=["groups", "heads", "head_dim", "dropout", "window", "scale", "chunk"],
+    ids=[
+        "groups",
+        "heads",
+        "head_dim",
+        "dropout",
+        "window",
+        "scale",
+        "chunk",
+        "use_bias_string",
+        "flash_string",
+        "seed_string",
+    ],
 )
 def test_invalid_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):

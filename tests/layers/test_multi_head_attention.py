@@ -370,6 +370,12 @@ _BAD = {
     "window_zero": ({"num_heads": 2, "key_dim": 4, "sliding_window": 0}, "window"),
     "scale_zero": ({"num_heads": 2, "key_dim": 4, "scale": 0}, "`scale`"),
     "output_shape_bad": ({"num_heads": 2, "key_dim": 4, "output_shape": "x"}, "output"),
+    "use_bias_string": ({"num_heads": 2, "key_dim": 4, "use_bias": "no"}, "`use_bias`"),
+    "flash_string": (
+        {"num_heads": 2, "key_dim": 4, "flash_attention": "no"},
+        "`flash_attention`",
+    ),
+    "seed_negative": ({"num_heads": 2, "key_dim": 4, "seed": -1}, "`seed`"),
 }
 
 

@@ -120,6 +120,8 @@ def test_mixed_precision_logits_in_the_thousands_stay_finite(policy, rng):
         ({"dropout": 1.0}, "dropout"),
         ({"scale": 0.0}, "scale"),
         ({"entropy_penalty": -0.1}, "entropy_penalty"),
+        ({"use_bias": "no"}, "use_bias"),
+        ({"seed": 1.5}, "seed"),
     ],
 )
 def test_bad_arguments(kwargs, argument):

@@ -46,6 +46,7 @@ def test_shorter_sequences_use_the_first_positions():
         ({"vocabulary_size": 0}, "vocabulary_size"),
         ({"sequence_length": -1}, "sequence_length"),
         ({"embedding_dim": 2.5}, "embedding_dim"),
+        ({"mask_zero": "no"}, "mask_zero"),
     ],
 )
 def test_bad_arguments(kwargs, argument):

@@ -132,6 +132,15 @@ _BAD = {
     "window_bool": ({"units": 4, "sliding_window": True}, "`sliding_window`"),
     "scale_negative": ({"units": 4, "scale": -0.5}, "`scale`"),
     "chunk_with_dropout": ({"units": 4, "dropout": 0.1, "chunk_size": 4}, "chunk"),
+    "use_bias_string": ({"units": 4, "use_bias": "no"}, "`use_bias`"),
+    "projection_string": (
+        {"units": 4, "use_output_projection": "no"},
+        "`use_output_projection`",
+    ),
+    "causal_int": ({"units": 4, "causal": 1}, "`causal`"),
+    "seed_float": ({"units": 4, "seed": 1.5}, "`seed`"),
+    "seed_negative": ({"units": 4, "seed": -1}, "`seed`"),
+    "seed_over_32_bits": ({"units": 4, "seed": 2**31}, "`seed`"),
 }
 
 
