@@ -48,7 +48,7 @@ from keras_selfattn.layers.position import TokenAndPositionEmbedding
 from keras_selfattn.layers.self_attention import SelfAttention
 from keras_selfattn.sharding import layout_map
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "AttentionPlan",

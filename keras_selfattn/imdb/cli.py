@@ -1,9 +1,10 @@
 """`keras-selfattn`: train, evaluate, predict, explain, export and serve the IMDB model.
 
     keras-selfattn train [--data bundled|keras|DIR] [--epochs N] ... [--out imdb.keras]
-    keras-selfattn evaluate MODEL [--data ...]
+    keras-selfattn evaluate MODEL [--data ...] [--batch-size N] [--calibration-plot PNG]
     keras-selfattn predict MODEL TEXT... | -
-    keras-selfattn explain MODEL TEXT --out PNG [--heads]
+    keras-selfattn explain MODEL TEXT --out PNG [--view attributions|pooling]
+        [--heads] [--top N]
     keras-selfattn export MODEL DIR
     keras-selfattn serve MODEL [--host 127.0.0.1] [--port 8000]
 
@@ -175,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("model")
     evaluate.add_argument("--data", default="bundled", help=data_help)
     batch = _checked("batch_size", positive)
-    evaluate.add_argument("--batch-size", type=batch, default=128)
+    evaluate.add_argument("--batch-size", type=batch, default=128,
+                          help="reviews per prediction step (default 128)")  # fmt: skip
     evaluate.add_argument("--calibration-plot", metavar="PNG", help="draw the "
                           "reliability diagram (and print the ECE)")  # fmt: skip
 
@@ -183,7 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("model")
     predict.add_argument("texts", nargs="+", metavar="TEXT", help="'-' reads stdin")
 
-    explain = commands.add_parser("explain", help="picture of the attention weights")
+    explain = commands.add_parser(
+        "explain", help="picture of each token's share of the verdict"
+    )
     explain.add_argument("model")
     explain.add_argument("text", metavar="TEXT", help="a review; '-' reads stdin")
     explain.add_argument("--out", required=True, metavar="PNG")
@@ -191,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--view", choices=("attributions", "pooling"),
                          default="attributions", help="what shades the words: "
                          "attributions, or the pooling's weights")  # fmt: skip
-    explain.add_argument("--top", type=_checked("top", positive), default=10)
+    explain.add_argument("--top", type=_checked("top", positive), default=10,
+                         help="most-attended tokens printed (default 10)")  # fmt: skip
 
     export = commands.add_parser("export", help="TensorFlow SavedModel (TF Serving)")
     export.add_argument("model")
