@@ -34,8 +34,8 @@ def pytest_report_header(config):
 # TensorFlow (the demo, tf.function, tf.distribute). `backend_independent`:
 # they would test the same thing on every backend (argument checks, configs).
 # `jax_pass`: backend-agnostic and slow (the notebooks that run on any
-# backend, the lean install), run once, in the JAX pass: its lane (JAX, then
-# PyTorch and the Keras floor) is the shorter one.
+# backend), run once, in the JAX pass, to balance the two lanes (TensorFlow;
+# JAX, then PyTorch and the Keras floor).
 _ONE_PASS_MARKS = {
     "tensorflow_only": "tensorflow",
     "backend_independent": "tensorflow",
