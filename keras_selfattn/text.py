@@ -20,7 +20,8 @@ from keras_selfattn.layers._common import zero_padded
 BREAK_TAG = r"<br\s*/?>"
 # Punctuation kept as tokens of its own ("great!" -> "great !").
 _PUNCTUATION = r"""([!?.,;:()"*/\-])"""
-# Anything else that is not a letter, a digit, an apostrophe or a kept mark.
+# Anything else that is not an ASCII letter (a to z), a digit, an apostrophe
+# or a kept mark: letters outside a to z among them.
 _OTHER = r"""[^a-z0-9'!?.,;:()"*/\- ]"""
 
 
@@ -29,8 +30,11 @@ def standardize(texts):
     """Standardizes a string tensor for `TextVectorization`.
 
     Lowercases, turns `<br />` tags into spaces, keeps `! ? . , ; : ( ) " * / -`
-    as tokens of their own (so "great!!" becomes "great ! !"), drops other
-    symbols, and keeps apostrophes inside words ("don't").
+    as tokens of their own (so "great!!" becomes "great ! !"), keeps
+    apostrophes inside words ("don't"), and turns every other character into
+    a space. That includes letters outside a to z: "cliché" reads as
+    "clich", and a text in another script has no word left. The demo's
+    vocabulary was built this way, so it is kept for the models it saved.
 
     Args:
         texts: String tensor of any shape.

@@ -11,9 +11,10 @@
 Arguments and dispatch only: `train.train`, `model.evaluate`, `explain`,
 `export` and `serve` do the work. Options are checked by
 `keras_selfattn._validation`, as in `TrainConfig`. Errors that users can fix
-(a bad option, a missing or corrupt model file, an empty text, an unknown data
-source, the keras loader offline, a port in use) print one line and exit with
-code 2, never a traceback (KERAS_SELFATTN_DEBUG=1 shows tracebacks).
+(a bad option, a missing or corrupt model file or not a demo model, an empty,
+non-UTF-8 or unreadable text, an output that cannot be written, an unknown
+data source, the keras loader offline, a port in use) print one line and exit
+with code 2, never a traceback (KERAS_SELFATTN_DEBUG=1 shows tracebacks).
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("--pooling-entropy", "entropy penalty of the pooling weights; 0: none",
          v.check_non_negative_float, float),
         ("--learning-rate", "peak AdamW learning rate", real, float),
-        ("--limit", "train on the first N training reviews only", positive, int),
+        ("--limit", "train on the first N training reviews only (with "
+         "--rotten-tomatoes, and N/20000 of the snippets)", positive, int),
         ("--seed", "seed of the initialisation, dropout, shuffling",
          non_negative, int),
         ("--out", "model file (.keras)", None, str),
@@ -248,16 +250,83 @@ def _load(path: str):
     return load(path)
 
 
-def _require_texts(texts: Sequence[str]) -> None:
-    if not texts or not all(text.strip() for text in texts):
+def _stdin() -> str:
+    """All of stdin, as UTF-8 (a one-line error where it is not)."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text stream (a test's, say): already decoded
+        return sys.stdin.read()
+    raw = buffer.read()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise CliError(f"stdin is not UTF-8 text (line {line})") from None
+
+
+def _texts(given: Sequence[str], lines: bool) -> list[tuple[str, str]]:
+    """The reviews to read, each with where it came from, for messages:
+    `-` reads stdin (one review per line when `lines`, else all of it)."""
+    if "-" in given and len(given) > 1:
+        raise CliError("'-' reads the reviews from stdin: give it alone")
+    if list(given) == ["-"]:
+        text = _stdin()
+        if not lines:
+            return [("stdin", text)]
+        return [(f"line {i} of stdin", t) for i, t in enumerate(text.splitlines(), 1)]
+    if len(given) == 1:
+        return [("TEXT", given[0])]
+    return [(f"TEXT {i}", text) for i, text in enumerate(given, 1)]
+
+
+def _require_texts(texts: Sequence[tuple[str, str]]) -> None:
+    """Each review is non-blank, UTF-8 and has a word the model reads."""
+    from keras_selfattn.imdb.model import readable
+
+    if not texts:
         raise CliError("empty text: give a non-empty review")
+    for where, text in texts:
+        if not text.strip():
+            raise CliError(f"empty text ({where}): give a non-empty review")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # undecodable bytes of an argument
+            raise CliError(f"{where} is not UTF-8 text") from None
+    for (where, text), ok in zip(texts, readable([t for _, t in texts]), strict=True):
+        if not ok:
+            snippet = textwrap.shorten(text, 40, placeholder="...")
+            raise CliError(
+                f"no words the model reads ({where}: {snippet!r}): only symbols "
+                "it drops"
+            )
+
+
+def _png_out(flag: str, path: str) -> None:
+    """Checks, before any work, that `path` is a PNG file that can be written."""
+    out = Path(path)
+    if out.suffix.lower() != ".png":
+        raise CliError(f"{flag} must end in .png, got {path}")
+    if out.is_dir():
+        raise CliError(f"{flag} is a folder: {path}")
+    folder = out.parent
+    if not folder.is_dir():
+        raise CliError(f"{flag}: no folder {folder} to write {out.name} in")
+    if not os.access(folder, os.W_OK):
+        raise CliError(f"{flag}: cannot write in {folder}")
+
+
+def _write_png(path: str, draw: Callable[[], object]) -> None:
+    """Runs `draw`, which writes `path`; a failed write is one line."""
+    try:
+        draw()
+    except OSError as error:
+        raise CliError(f"cannot write {path}: {error.strerror or error}") from None
 
 
 def _evaluate(args: argparse.Namespace) -> None:
     from keras_selfattn.imdb import calibration, data
 
-    if args.calibration_plot and Path(args.calibration_plot).suffix != ".png":
-        raise CliError(f"--calibration-plot must end in .png: {args.calibration_plot}")
+    if args.calibration_plot:
+        _png_out("--calibration-plot", args.calibration_plot)
     model = _load(args.model)
     dataset = data.load(args.data)
     result = calibration.evaluate(
@@ -267,8 +336,11 @@ def _evaluate(args: argparse.Namespace) -> None:
     print(f"expected calibration error (15 bins): {result.ece:.4f}")
     if args.calibration_plot:
         title = f"{Path(args.model).name}, test split"
-        calibration.reliability_diagram(
-            result.probabilities, result.labels, args.calibration_plot, title=title
+        _write_png(
+            args.calibration_plot,
+            lambda: calibration.reliability_diagram(
+                result.probabilities, result.labels, args.calibration_plot, title=title
+            ),
         )
         print(f"wrote {args.calibration_plot}")
     print(f"test accuracy: {result.accuracy:.4f}")
@@ -279,10 +351,9 @@ def _predict(args: argparse.Namespace) -> None:
 
     from keras_selfattn.imdb.model import label_of
 
-    texts = args.texts
-    if texts == ["-"]:
-        texts = [line.rstrip("\n") for line in sys.stdin]
-    _require_texts(texts)
+    found = _texts(args.texts, lines=True)
+    _require_texts(found)
+    texts = [text for _, text in found]
     model = _load(args.model)
     probabilities = model.predict(np.array(texts, dtype=object), verbose=0)[:, 0]
     for text, p in zip(texts, probabilities, strict=True):
@@ -294,12 +365,14 @@ def _explain(args: argparse.Namespace) -> None:
     from keras_selfattn.imdb import explain
     from keras_selfattn.imdb.model import label_of
 
-    text = sys.stdin.read() if args.text == "-" else args.text
-    _require_texts([text])
-    if Path(args.out).suffix.lower() != ".png":
-        raise CliError(f"--out must end in .png, got {args.out}")
-    result = explain.explain(_load(args.model), text)
-    explain.plot(result, args.out, heads=args.heads, view=args.view)
+    found = _texts([args.text], lines=False)
+    _require_texts(found)
+    _png_out("--out", args.out)
+    result = explain.explain(_load(args.model), found[0][1])
+    _write_png(
+        args.out,
+        lambda: explain.plot(result, args.out, heads=args.heads, view=args.view),
+    )
     print(f"{label_of(result.probability)} {result.probability:.4f}; wrote {args.out}")
     print(result.summary(args.top))
 

@@ -11,9 +11,11 @@ attention branch's logit through the pooling, and the last encoder block's
 per-head self-attention maps. `occlusion` (leave one token out) is the
 method the attributions were measured against and chosen over
 (`benchmarks/imdb.py --trust`). `plot` draws the review
-as text with each token shaded by its weight, the shares as bars below it
-and, on request, the per-head maps, on a `matplotlib.figure.Figure` of its
-own: it leaves pyplot and matplotlib's backend alone. The model's layers are
+as text with each token shaded by its attribution (`view="attributions"`,
+the default) or by its pooling weight with the shares as bars below it
+(`view="pooling"`), and, on request, the per-head maps, on a
+`matplotlib.figure.Figure` of its own: it leaves pyplot and matplotlib's
+backend alone. The model's layers are
 found by their names (`model.py`).
 """
 
@@ -68,8 +70,9 @@ class Explanation:
         probability: The model's positive-class probability.
         contributions: `(len(tokens),)` each token's share of the logit:
             its pooling weight times its vector's dot product with the
-            classifier's kernel. They sum, with the classifier's bias, to
-            the logit exactly; positive values push towards "positive".
+            classifier's kernel. They sum, with the classifier's bias and
+            `ngram_share`, to the logit exactly; positive values push
+            towards "positive".
         gap_after: For a review longer than `max_len`, the position after
             which the middle of the review was skipped; else None.
         baseline: The attention branch's logit on the review with no words
@@ -232,8 +235,10 @@ def explain(model, text: str) -> Explanation:
         text: One raw review.
 
     Returns:
-        An `Explanation`: its `probability` is the model's, and its
-        `contributions` and the classifier's bias sum to the model's logit.
+        An `Explanation`: its `probability` is the model's; its
+        `attributions` with `baseline` and `rest` sum to the model's logit
+        (up to the integral's discretisation), and its `contributions` with
+        the classifier's bias and `ngram_share` sum to it exactly.
     """
     import tensorflow as tf
 

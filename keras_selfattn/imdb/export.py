@@ -89,7 +89,9 @@ def export(model: keras.Model, directory: str | Path) -> Path:
         The directory written.
 
     Raises:
-        ExportError: `directory` is a file or a folder that is not empty.
+        ExportError: `directory` is a file or a folder that is not empty, or
+            it cannot be made (no such parent, a file in its path, no
+            permission).
     """
     directory = Path(directory)
     if directory.is_file() or (directory.is_dir() and any(directory.iterdir())):
@@ -97,5 +99,13 @@ def export(model: keras.Model, directory: str | Path) -> Path:
             f"{directory} already exists and is not an empty folder; "
             "remove it or export to a new version folder (models/imdb/2)"
         )
-    serving_model(model).export(str(directory), format="tf_saved_model", verbose=False)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        serving_model(model).export(
+            str(directory), format="tf_saved_model", verbose=False
+        )
+    except OSError as error:
+        raise ExportError(
+            f"cannot write {directory}: {error.strerror or error}"
+        ) from None
     return directory

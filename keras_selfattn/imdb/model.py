@@ -85,6 +85,8 @@ NGRAM = "ngram_logit"  # the linear bag-of-n-grams branch (NgramLogit)
 FEATURES = "features"  # the pooled vector and the n-gram score, side by side
 CLASSIFIER = "classifier"
 MODEL = "imdb_sentiment"
+# The layers every demo model has (0.1's too), which its commands read.
+REQUIRED_LAYERS = (TEXT, TEXT_VECTORIZATION, CLIP, EMBEDDING, POOLING, CLASSIFIER)
 
 # The verdict: a positive-class probability above THRESHOLD (a logit above 0)
 # is POSITIVE, any other NEGATIVE.
@@ -560,6 +562,19 @@ class ModelFileError(Exception):
     """A model file that is missing or not a model; one line for users."""
 
 
+def readable(texts: Sequence[str]) -> list[bool]:
+    """Whether each text keeps a word through the model's standardization.
+
+    A text of nothing but symbols that the standardization drops (`"@@@"`)
+    leaves the model nothing to read: its probability would be the same
+    constant for every such text, not a verdict. The commands and the server
+    refuse such texts.
+    """
+    import tensorflow as tf  # the standardization is a TensorFlow string op
+
+    return [bool(t.strip()) for t in standardize(tf.constant(list(texts))).numpy()]
+
+
 def load(path: str | Path) -> keras.Model:
     """Loads a saved demo model (only `keras_selfattn` needs to be imported).
 
@@ -570,7 +585,8 @@ def load(path: str | Path) -> keras.Model:
         The model, which reads raw strings.
 
     Raises:
-        ModelFileError: The file is missing or not a model.
+        ModelFileError: The file is missing, not a model, or a model that is
+            not the demo's (it lacks a layer the demo's commands read).
     """
     import keras_selfattn  # noqa: F401  (registers the layers)
 
@@ -581,7 +597,15 @@ def load(path: str | Path) -> keras.Model:
             f"cannot load model {path}: not a .keras file (a zip archive)"
         )
     try:
-        return keras.models.load_model(path)
+        model = keras.models.load_model(path)
     except Exception as error:  # corrupt, truncated or not a Keras model
         reason = first_line(error)
         raise ModelFileError(f"cannot load model {path}: {reason}") from None
+    names = {layer.name for layer in getattr(model, "layers", ())}
+    missing = [name for name in REQUIRED_LAYERS if name not in names]
+    if missing:
+        raise ModelFileError(
+            f"cannot use model {path}: not a keras-selfattn IMDB model "
+            f"(no layer {missing[0]!r}; train one with `keras-selfattn train`)"
+        )
+    return model

@@ -6,9 +6,10 @@ uvicorn (`pip install "keras-selfattn[serve]"`):
 - `POST /v1/predict`: `{"texts": [...]}` (1 to 64 strings) in;
   `{"predictions": [{"label": "positive", "probability": 0.93}, ...]}` out.
 - `POST /v1/explain`: `{"text": "..."}` in; the label, the probability and the
-  review's tokens as the model read them, each with its pooling weight and
-  its signed share of the classifier's logit (`imdb/explain.py`), and the
-  classifier's bias (the shares plus the bias make the logit).
+  review's tokens as the model read them, each with its attribution, its
+  pooling weight and its signed pooling share of the attention branch's
+  logit (`imdb/explain.py`); the attributions' `baseline` and `rest`, the
+  n-gram branch's share and the classifier's bias.
 - `GET /healthz`: `{"status": "ok"}`.
 - `GET /`: the page (`static/index.html`: plain JavaScript, nothing fetched
   from elsewhere).
@@ -115,12 +116,12 @@ class Predictor:
         """Probabilities and labels of `texts`, computed in the calling thread.
 
         A text with no token (nothing but symbols that the standardization
-        drops) gets the probability NaN and the label `""`: the model cannot
-        read a batch of such texts alone.
+        drops) gets the probability NaN and the label `""`: the model has
+        nothing to read there (`imdb.model.readable`).
         """
         import tensorflow as tf
 
-        readable = np.flatnonzero(self.readable(texts))
+        readable = np.flatnonzero(imdb_model.readable(texts))
         probabilities = np.full(len(texts), np.nan, dtype="float32")
         labels = [""] * len(texts)
         # Texts of similar length go together: each call pads to its longest.
@@ -132,15 +133,6 @@ class Predictor:
             for i, label in zip(chunk, out["label"].numpy(), strict=True):
                 labels[i] = label.decode()
         return probabilities, labels
-
-    @staticmethod
-    def readable(texts: list[str]) -> list[bool]:
-        """Whether each text keeps a token through the model's standardization."""
-        import tensorflow as tf
-
-        from keras_selfattn.text import standardize
-
-        return [bool(t.strip()) for t in standardize(tf.constant(texts)).numpy()]
 
     async def predict(self, texts: list[str]) -> tuple[np.ndarray, list[str]]:
         """Probabilities and labels of `texts`, batched with other waiting calls."""
@@ -186,7 +178,7 @@ class Predictor:
         """
 
         def run():
-            return explain(self.model, text) if self.readable([text])[0] else None
+            return explain(self.model, text) if imdb_model.readable([text])[0] else None
 
         return await asyncio.get_running_loop().run_in_executor(self._thread, run)
 

@@ -146,12 +146,38 @@ def test_an_interrupted_command_says_how_to_resume_with_exit_code_130(
         (lambda d: ["train", "--out", str(d / "m.h5")], "argument `out`"),
         (lambda d: ["explain", str(d / "corrupt.keras"), "hi", "--out", "x.jpg"],
          "--out must end in .png"),
+        # Outputs that cannot be written: said before any work.
+        (lambda d: ["explain", str(d / "corrupt.keras"), "hi",
+                    "--out", str(d / "no" / "x.png")], "--out: no folder"),
+        (lambda d: ["explain", str(d / "corrupt.keras"), "hi",
+                    "--out", str(d / "folder.png")], "--out is a folder"),
+        (lambda d: ["evaluate", str(d / "corrupt.keras"),
+                    "--calibration-plot", str(d / "no" / "r.PNG")],
+         "--calibration-plot: no folder"),
+        # Texts the model cannot read, named.
+        (lambda d: ["predict", str(d / "corrupt.keras"), "good", "-"],
+         "give it alone"),
+        (lambda d: ["predict", str(d / "corrupt.keras"), "good", "@@@ ###"],
+         "no words the model reads (TEXT 2: '@@@ ###')"),
+        (lambda d: ["predict", str(d / "corrupt.keras"), "good \udcff film"],
+         "TEXT is not UTF-8 text"),
+        # A .keras file, but not a demo model.
+        (lambda d: ["predict", str(d / "plain.keras"), "good"],
+         "not a keras-selfattn IMDB model (no layer 'text'"),
+    ],
+    ids=[
+        "missing", "corrupt", "evaluate_corrupt", "empty", "unknown_data",
+        "not_keras", "not_png", "no_folder", "out_is_folder", "plot_no_folder",
+        "dash_with_texts", "only_symbols", "not_utf8_argument", "not_demo_model",
     ],
 )  # fmt: skip
 def test_user_errors_are_one_line_with_exit_code_2(
     tmp_path, capsys, make_args, message
 ):
     (tmp_path / "corrupt.keras").write_bytes(b"not a zip file at all")
+    (tmp_path / "folder.png").mkdir()
+    plain = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    plain.save(tmp_path / "plain.keras")
     assert cli.main(make_args(tmp_path)) == 2
     err = capsys.readouterr().err.strip()
     assert message in err
@@ -166,6 +192,26 @@ def test_predict_empty_text_and_stdin(trained, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(REVIEWS) + "\n"))
     assert cli.main(["predict", str(trained), "-"]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 2
+
+
+@pytest.mark.parametrize(
+    "stdin, message",
+    [
+        (b"good film\n\nbad film\n", "empty text (line 2 of stdin)"),
+        (b"good film\ngood \xff film\n", "stdin is not UTF-8 text (line 2)"),
+        (b"good film\n#@~\n", "no words the model reads (line 2 of stdin: '#@~')"),
+    ],
+    ids=["blank_line", "not_utf8", "only_symbols"],
+)
+def test_predict_names_the_bad_line_of_stdin(
+    tmp_path, capsys, monkeypatch, stdin, message
+):
+    # Checked before the model is loaded: none is needed here.
+    stream = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", stream)
+    assert cli.main(["predict", str(tmp_path / "none.keras"), "-"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
 
 
 def test_keras_loader_offline_is_one_line(tmp_path, capsys, monkeypatch):

@@ -80,6 +80,16 @@ def test_export_refuses_a_folder_that_is_not_empty(tiny_model, exported, capsys)
     assert "already exists" in err and len(err.splitlines()) == 1
 
 
+def test_export_to_a_folder_that_cannot_be_made_is_one_line(
+    tiny_model, tmp_path, capsys
+):
+    (tmp_path / "file.txt").write_text("a file, not a folder")
+    args = ["export", str(tiny_model), str(tmp_path / "file.txt" / "1")]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot write" in err and len(err.splitlines()) == 1, err
+
+
 def test_export_of_a_missing_model_is_one_line(tmp_path, capsys):
     args = ["export", str(tmp_path / "none.keras"), str(tmp_path / "out")]
     assert cli.main(args) == 2
