@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import io
 import os
 import sys
 import textwrap
@@ -272,7 +273,9 @@ def _texts(given: Sequence[str], lines: bool) -> list[tuple[str, str]]:
         text = _stdin()
         if not lines:
             return [("stdin", text)]
-        return [(f"line {i} of stdin", t) for i, t in enumerate(text.splitlines(), 1)]
+        # Lines as reading stdin as text gives them (universal newlines).
+        lines_read = [line.rstrip("\n") for line in io.StringIO(text, newline=None)]
+        return [(f"line {i} of stdin", t) for i, t in enumerate(lines_read, 1)]
     if len(given) == 1:
         return [("TEXT", given[0])]
     return [(f"TEXT {i}", text) for i, text in enumerate(given, 1)]
