@@ -284,3 +284,22 @@ def query_by_key(shapes, q_len: int, k_lens) -> list[list[int]]:
         return any(k in rest for k in k_lens)
 
     return [s for s in shapes if has_both(s)]
+
+
+# The argument checks both Transformer blocks share (TransformerBlock's),
+# each case named: `{id: (kwargs, the argument the error names)}`.
+BLOCK_BAD_ARGUMENTS = {
+    "intermediate_dim": ({"intermediate_dim": 0}, "intermediate_dim"),
+    "num_heads": ({"num_heads": 0}, "num_heads"),
+    "dropout_negative": ({"dropout": -0.1}, "dropout"),
+    "dropout_one": ({"dropout": 1.0}, "dropout"),
+    "attention_dropout_negative": ({"attention_dropout": -0.1}, "attention_dropout"),
+    "attention_dropout_one": ({"attention_dropout": 1.0}, "attention_dropout"),
+    "epsilon": ({"layer_norm_epsilon": 0}, "layer_norm_epsilon"),
+    "normalize_first_string": ({"normalize_first": "no"}, "normalize_first"),
+    "normalize_first_int": ({"normalize_first": 1}, "normalize_first"),
+    # Checked when the block is made, not from its first call's offsets.
+    "seed_float": ({"seed": 1.5}, "seed"),
+    "seed_string": ({"seed": "1"}, "seed"),
+    "seed_negative": ({"seed": -1}, "seed"),
+}

@@ -7,30 +7,12 @@ import numpy as np
 import pytest
 
 from keras_selfattn import TransformerDecoder
-from tests.helpers import to_numpy
+from tests.helpers import BLOCK_BAD_ARGUMENTS, to_numpy
 
 
 @pytest.mark.backend_independent
 @pytest.mark.parametrize(
-    "kwargs, argument",
-    [
-        ({"intermediate_dim": 0}, "intermediate_dim"),
-        ({"num_heads": 0}, "num_heads"),
-        ({"dropout": 1.0}, "dropout"),
-        ({"attention_dropout": -0.1}, "attention_dropout"),
-        ({"layer_norm_epsilon": 0}, "layer_norm_epsilon"),
-        ({"normalize_first": 1}, "normalize_first"),
-        ({"seed": -1}, "seed"),
-    ],
-    ids=[
-        "intermediate_dim",
-        "num_heads",
-        "dropout",
-        "attention_dropout",
-        "epsilon",
-        "normalize_first_int",
-        "seed_negative",
-    ],
+    "kwargs, argument", BLOCK_BAD_ARGUMENTS.values(), ids=BLOCK_BAD_ARGUMENTS.keys()
 )
 def test_bad_arguments(kwargs, argument):
     with pytest.raises(ValueError, match=f"`{argument}`"):

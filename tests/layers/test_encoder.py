@@ -8,7 +8,7 @@ import pytest
 
 import keras_selfattn
 from keras_selfattn import TransformerEncoder
-from tests.helpers import to_numpy
+from tests.helpers import BLOCK_BAD_ARGUMENTS, to_numpy
 
 
 def _layer_norm(x, gamma, beta, eps=1e-5):
@@ -119,29 +119,8 @@ def test_the_largest_seed_gives_every_sub_layer_a_seed_this_backend_takes(rng):
 @pytest.mark.backend_independent
 @pytest.mark.parametrize(
     "kwargs, argument",
-    [
-        ({"intermediate_dim": 0}, "intermediate_dim"),
-        ({"num_heads": 0}, "num_heads"),
-        ({"dropout": -0.1}, "dropout"),
-        ({"attention_dropout": 1.0}, "attention_dropout"),
-        ({"layer_norm_epsilon": 0}, "layer_norm_epsilon"),
-        ({"normalize_first": "no"}, "normalize_first"),
-        # Checked when the block is made, not from its first call's offsets.
-        ({"seed": 1.5}, "seed"),
-        ({"seed": "1"}, "seed"),
-        ({"attention": ["keras"]}, "attention"),
-    ],
-    ids=[
-        "intermediate_dim",
-        "num_heads",
-        "dropout",
-        "attention_dropout",
-        "epsilon",
-        "normalize_first_string",
-        "seed_float",
-        "seed_string",
-        "attention_list",
-    ],
+    [*BLOCK_BAD_ARGUMENTS.values(), ({"attention": ["keras"]}, "attention")],
+    ids=[*BLOCK_BAD_ARGUMENTS.keys(), "attention_list"],
 )
 def test_bad_arguments(kwargs, argument):
     args = {"intermediate_dim": 16, "num_heads": 2}
