@@ -4,10 +4,18 @@
 `Model.export` (which tracks the `TextVectorization` lookup tables and traces
 the text standardization into TensorFlow ops), wrapped so that its
 `serving_default` signature reads a batch of raw strings and returns, per
-string, the positive-class `probability` and the `label`:
+string, the positive-class `probability`, the `label` and whether the text
+is `readable`:
 
     serving_default(texts: string (batch,))
-      -> {"probability": float32 (batch,), "label": string (batch,)}
+      -> {"probability": float32 (batch,), "label": string (batch,),
+          "readable": bool (batch,)}
+
+A text with no word the model reads (empty, blank, or only symbols that the
+standardization drops, such as `"@@@"`) gets `readable` False and the label
+`""`: its probability is the same constant for every such text, not a
+verdict, which is why the commands and the server refuse such texts
+(`model.readable`).
 
 The directory loads with `tf.saved_model.load` or
 `keras.layers.TFSMLayer(directory, call_endpoint="serving_default")` in a
@@ -24,6 +32,7 @@ import keras
 
 # The verdict is the model's (one threshold); `label_of` is handed on here.
 from keras_selfattn.imdb.model import NEGATIVE, POSITIVE, THRESHOLD, label_of
+from keras_selfattn.text import standardize
 
 __all__ = [
     "INPUT",
@@ -42,16 +51,31 @@ class ExportError(Exception):
     """An export directory that cannot be written; one line for users."""
 
 
-class _Label(keras.layers.Layer):
-    """`model.label_of` on a tensor: `"positive"` where the probability is
-    above `model.THRESHOLD`, else `"negative"`."""
+class _Readable(keras.layers.Layer):
+    """`model.readable` on a tensor: whether each raw string keeps a word
+    through the model's standardization."""
 
-    def call(self, probability):
+    def call(self, texts):
         import tensorflow as tf  # string tensors: TensorFlow only
 
-        return tf.where(probability > THRESHOLD, POSITIVE, NEGATIVE)
+        return tf.strings.length(tf.strings.strip(standardize(texts))) > 0
 
-    def compute_output_spec(self, probability):
+    def compute_output_spec(self, texts):
+        return keras.KerasTensor(texts.shape, dtype="bool")
+
+
+class _Label(keras.layers.Layer):
+    """`model.label_of` on a tensor: `"positive"` where the probability is
+    above `model.THRESHOLD`, else `"negative"`; `""` where the text is not
+    readable."""
+
+    def call(self, probability, readable):
+        import tensorflow as tf  # string tensors: TensorFlow only
+
+        label = tf.where(probability > THRESHOLD, POSITIVE, NEGATIVE)
+        return tf.where(readable, label, "")
+
+    def compute_output_spec(self, probability, readable):
         return keras.KerasTensor(probability.shape, dtype="string")
 
 
@@ -66,14 +90,17 @@ def serving_model(model: keras.Model) -> keras.Model:
     Returns:
         A `keras.Model` sharing `model`'s layers and weights, from raw strings
         `(batch,)` (input named `"texts"`) to a dict with `"probability"`
-        (float32 `(batch,)`) and `"label"` (string `(batch,)`).
+        (float32 `(batch,)`), `"label"` (string `(batch,)`: `"positive"`,
+        `"negative"`, or `""` for a text that is not readable) and
+        `"readable"` (bool `(batch,)`: the text keeps a word through the
+        standardization).
     """
     texts = keras.Input(shape=(), dtype="string", name=INPUT)
     probability = keras.ops.squeeze(model(texts), axis=-1)
-    label = _Label(name="label")(probability)
-    return keras.Model(
-        texts, {"probability": probability, "label": label}, name="imdb_serving"
-    )
+    readable = _Readable(name="readable")(texts)
+    label = _Label(name="label")(probability, readable)
+    outputs = {"probability": probability, "label": label, "readable": readable}
+    return keras.Model(texts, outputs, name="imdb_serving")
 
 
 def export(model: keras.Model, directory: str | Path) -> Path:

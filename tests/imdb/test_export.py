@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from keras_selfattn.imdb import cli
-from keras_selfattn.imdb.model import label_of, load
+from keras_selfattn.imdb.model import label_of, load, readable
 from tests.imdb.serving import NEGATIVE, POSITIVE, run_python
 
 pytestmark = pytest.mark.tensorflow_only
@@ -19,7 +19,11 @@ TEXTS = [
     "GREAT!<br /><br />loved it",  # tags, capitals, punctuation: standardized
     "a review with words the model never saw: zebra quokka",
     " ".join(["boring"] * 50),  # longer than max_len: clipped
+    "",  # the last three have no word the model reads: no verdict
+    "   ",
+    "@@@ ###",
 ]
+UNREADABLE = 3
 
 # Run in a fresh process that must not import keras_selfattn: importing it
 # raises, so the SavedModel has to stand on TensorFlow alone.
@@ -37,6 +41,7 @@ print(json.dumps({
                for k, v in signature.structured_input_signature[1].items()},
     "probability": out["probability"].numpy().tolist(),
     "label": [v.decode() for v in out["label"].numpy()],
+    "readable": out["readable"].numpy().tolist(),
     "layer_probability": via_layer["probability"].numpy().tolist(),
     "layer_label": [v.decode() for v in via_layer["label"].numpy()],
     "ours": sorted(m for m in sys.modules if m and m.startswith("keras_selfattn.")),
@@ -68,8 +73,10 @@ def test_saved_model_in_a_fresh_process_matches_the_keras_model(
     assert got["inputs"] == {"texts": ["string", [None]]}
     np.testing.assert_allclose(got["probability"], expected, rtol=0, atol=1e-6)
     np.testing.assert_allclose(got["layer_probability"], expected, rtol=0, atol=1e-6)
-    labels = [label_of(p) for p in expected]
+    labels = [label_of(p) for p in expected[:-UNREADABLE]] + [""] * UNREADABLE
     assert got["label"] == got["layer_label"] == labels
+    assert got["readable"] == readable(TEXTS)
+    assert got["readable"] == [True] * (len(TEXTS) - UNREADABLE) + [False] * 3
     assert labels[:2] == ["positive", "negative"]  # the tiny model learned
     assert got["ours"] == []
 
