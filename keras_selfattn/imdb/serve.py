@@ -21,7 +21,8 @@ length and cut into calls of `CALL_SIZE` texts (each call pads to its own
 longest text); explanations take their turn in the same thread. Bad input
 gets a 4xx answer whose JSON body is `{"detail": "<one line>"}`, and the
 server carries on. A body is cut off at `MAX_BODY` bytes as it is read,
-whatever its `Content-Length` says.
+whatever its `Content-Length` says; the limits hold together, so `MAX_TEXTS`
+texts of `MAX_CHARS` characters each are more than one body may hold.
 """
 
 from __future__ import annotations
@@ -431,6 +432,11 @@ def create_app(model) -> FastAPI:
     return app
 
 
+def _address(host: str, port: int) -> str:
+    """`host:port` as a URL writes it: an IPv6 host in brackets (`[::1]:8000`)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _listen(host: str, port: int) -> socket.socket:
     """A socket bound to `host:port` and listening, or a `ServeError`."""
     try:
@@ -439,14 +445,16 @@ def _listen(host: str, port: int) -> socket.socket:
         )[0]
         sock = socket.socket(family, kind, proto)
     except OSError as error:
-        raise ServeError(f"cannot listen on {host}:{port}: {error}") from None
+        raise ServeError(f"cannot listen on {_address(host, port)}: {error}") from None
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
         sock.listen(2048)
     except OSError as error:
         sock.close()
-        raise ServeError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+        raise ServeError(
+            f"cannot listen on {_address(host, port)}: {error.strerror}"
+        ) from None
     return sock
 
 
@@ -470,6 +478,7 @@ def serve(model_path: str | Path, host: str = "127.0.0.1", port: int = 8000) -> 
     app = create_app(imdb_model.load(model_path))
     sock = _listen(host, port)
     bound = sock.getsockname()[1]
-    print(f"serving {model_path} on http://{host}:{bound}/ (Ctrl+C stops)", flush=True)
+    url = f"http://{_address(host, bound)}/"
+    print(f"serving {model_path} on {url} (Ctrl+C stops)", flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False)
     uvicorn.Server(config).run(sockets=[sock])

@@ -209,3 +209,18 @@ def test_examples_at_laptop_and_phone_width(browser, url, screenshots):
         path = screenshots / f"serve-{width}.png"
         assert browser.save_screenshot(str(path))
         assert png_size(path)[0] == width
+
+
+def test_an_edited_example_comes_back_when_picked_again(browser, url):
+    browser.set_window_size(1280, 900)
+    browser.get(f"{url}/")
+    menu = Select(browser.find_element(By.ID, "example"))
+    review = browser.find_element(By.ID, "review")
+    menu.select_by_index(1)
+    original = review.get_property("value")
+    review.send_keys(" Awful.")
+    assert review.get_property("value") == original + " Awful."
+    assert menu.first_selected_option.get_attribute("value") == ""  # the prompt
+    menu.select_by_index(1)
+    assert review.get_property("value") == original
+    _wait_for(browser, url, original)

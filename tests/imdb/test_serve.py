@@ -321,3 +321,16 @@ def test_a_port_in_use_is_one_line(tiny_model, capsys):
 def test_a_bad_port_is_one_line(port, capsys):
     assert cli.main(["serve", "m.keras", "--port", port]) == 2
     assert "port" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "expected"),
+    [
+        ("127.0.0.1", 8000, "127.0.0.1:8000"),
+        ("localhost", 0, "localhost:0"),
+        ("::1", 8000, "[::1]:8000"),
+    ],
+    ids=["ipv4", "name", "ipv6"],
+)
+def test_the_printed_address_is_one_a_url_can_hold(host, port, expected):
+    assert serve._address(host, port) == expected
