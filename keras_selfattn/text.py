@@ -96,7 +96,11 @@ class ClipSequence(keras.layers.Layer):
         check_rank("inputs", inputs.shape, 2, "(batch, seq) of token ids")
         if self.head is None or self.head == self.max_length:
             return inputs[:, : self.max_length]
-        length = ops.minimum(ops.shape(inputs)[1], self.max_length)
+        seq = inputs.shape[1]
+        if seq is None:  # a traced length (TensorFlow graphs)
+            length = ops.minimum(ops.shape(inputs)[1], self.max_length)
+        else:  # static: JAX's jit needs a concrete `arange` length
+            length = min(seq, self.max_length)
         real = ops.sum(ops.cast(ops.not_equal(inputs, 0), "int32"), axis=1)
         steps = ops.expand_dims(ops.arange(length, dtype="int32"), 0)
         start = ops.expand_dims(real - (self.max_length - self.head), 1)
@@ -131,9 +135,11 @@ class BigramEmbedding(keras.layers.Layer):
     `TextVectorization(ngrams=(2,))` gives the ids of the bigrams
     `(w_1 w_2, w_2 w_3, ...)`, one fewer than the tokens. This layer shifts
     them by one position, so that position `t` gets the bigram
-    `w_(t-1) w_t` (position 0 gets none), embeds them and adds them to the
-    token vectors, so that the model can read word pairs such as
-    "not good". Padded positions (from the Keras mask of `inputs`) stay
+    `w_(t-1) w_t`, embeds them and adds them to the token vectors, so that
+    the model can read word pairs such as "not good". No bigram ends at
+    position 0: it gets the vector of id 0 (`TextVectorization`'s padding
+    id, which no real bigram has), so that vector learns a start of text.
+    Padded positions (from the Keras mask of `inputs`) stay
     zero and the mask is handed on.
 
     Args:

@@ -51,6 +51,17 @@ def test_clip_sequence_keeps_head_and_tail_of_long_rows():
     assert ClipSequence.from_config(ClipSequence(5, head=2).get_config()).head == 2
 
 
+@pytest.mark.parametrize("head", [None, 2], ids=["first-tokens", "head-and-tail"])
+def test_clip_sequence_in_a_compiled_model_matches_eager(head):
+    # `predict` compiles (jit on JAX): a traced length failed there.
+    ids = keras.Input((6,), dtype="int32")
+    model = keras.Model(ids, ClipSequence(4, head=head)(ids))
+    rows = np.array([[1, 2, 3, 0, 0, 0], [4, 5, 6, 7, 8, 9]])
+    expected = [[1, 2, 3, 0], [4, 5, 6, 7] if head is None else [4, 5, 8, 9]]
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(model(rows)), expected)
+    np.testing.assert_array_equal(model.predict(rows, verbose=0), expected)
+
+
 def test_bigram_embedding_of_a_text_with_no_token():
     layer = BigramEmbedding(10, 3)
     empty = np.zeros((1, 0, 3), "float32")
