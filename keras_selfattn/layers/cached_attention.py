@@ -109,6 +109,29 @@ class CachedMultiHeadAttention(MultiHeadAttention):
     ((1, 2, 3, 2, 4), True)
     """
 
+    @staticmethod
+    def _check_update_index(index, key, cache) -> None:
+        """A Python `cache_update_index` must place the new entries inside the
+        cache: backends clamp a slice update that does not fit (JAX and
+        TensorFlow), which would write the wrong rows silently. A tensor index
+        (decoding under `jit`) is the caller's to keep in range."""
+        if not isinstance(index, int) or isinstance(index, bool):
+            return
+        length, new = cache.shape[2], key.shape[1]
+        if None in (length, new):
+            expected, bad = "a non-negative integer", index < 0
+        else:
+            expected = (
+                f"an integer from 0 to {length - new} (the cache holds "
+                f"{length} entries and the call adds {new})"
+            )
+            bad = not 0 <= index <= length - new
+        if bad:
+            raise ValueError(
+                "Received an invalid value for argument `cache_update_index`, "
+                f"expected {expected}. Received: cache_update_index={index}"
+            )
+
     def call(
         self,
         query,
@@ -146,6 +169,7 @@ class CachedMultiHeadAttention(MultiHeadAttention):
                 key = key_cache
                 value = value_cache
             else:
+                self._check_update_index(cache_update_index, key, cache)
                 start = [0, cache_update_index, 0, 0]
                 key = ops.slice_update(key_cache, start, self._key_dense(key))
                 value = ops.slice_update(value_cache, start, self._value_dense(value))

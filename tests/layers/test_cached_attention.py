@@ -94,3 +94,25 @@ def test_a_subclass_hook_refuses_a_sliding_window_with_a_cache(rng):
         ValueError, match=r"cannot decode from a `cache` with `sliding_window`"
     ):
         layer(x, x, cache=cache, cache_update_index=0)
+
+
+@pytest.mark.parametrize(
+    "index", [-1, 2, 3], ids=["negative", "past_the_end", "at_the_end"]
+)
+def test_an_update_index_that_does_not_fit_the_cache_is_a_value_error(rng, index):
+    # Two new entries in a cache of three: JAX and TensorFlow clamped the
+    # slice update and wrote the wrong rows, PyTorch failed deep inside.
+    x = rng.normal(size=(1, 2, 8)).astype("float32")
+    layer = CachedMultiHeadAttention(num_heads=2, key_dim=4)
+    cache = np.zeros((1, 2, 3, 2, 4), "float32")
+    with pytest.raises(
+        ValueError,
+        match=r"argument `cache_update_index`, expected an integer from 0 to 1 "
+        r"\(the cache holds 3 entries and the call adds 2\)\. "
+        rf"Received: cache_update_index={index}\b",
+    ):
+        layer(x, x, cache=cache, cache_update_index=index)
+    _, cache = layer(x, x, cache=cache, cache_update_index=1)  # the last fit
+    assert np.all(to_numpy(cache)[0, :, 0] == 0) and np.all(
+        to_numpy(cache)[0, :, 1:] != 0
+    )
