@@ -737,7 +737,7 @@ def memory_budget() -> int:
         if raw:
             try:
                 value = int(float(raw))
-            except ValueError:
+            except (ValueError, OverflowError):  # "abc"; "inf" and "1e400"
                 value = 0
             if value <= 0:
                 raise _invalid(MEMORY_BUDGET_ENV, "a positive number of bytes", raw)

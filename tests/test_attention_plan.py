@@ -188,7 +188,11 @@ def test_budget_from_the_environment_and_the_setter(fresh_budget, monkeypatch):
     assert attention.memory_budget() == 3_000_000_000
 
 
-@pytest.mark.parametrize("raw", ["lots", "0", "-5"], ids=["word", "zero", "negative"])
+@pytest.mark.parametrize(
+    "raw",
+    ["lots", "0", "-5", "inf", "1e400", "nan"],
+    ids=["word", "zero", "negative", "infinite", "overflowing", "nan"],
+)
 def test_invalid_budget_from_the_environment(fresh_budget, monkeypatch, raw):
     monkeypatch.setenv(attention.MEMORY_BUDGET_ENV, raw)
     with pytest.raises(ValueError, match="KERAS_SELFATTN_MEMORY_BUDGET"):
