@@ -7,6 +7,7 @@ and what was received.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,12 @@ def invalid(argument: str, expected: str, received: Any) -> ValueError:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    """A Python or NumPy number (`np.float32(0.1)` too, as Keras takes it),
+    not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def check_positive_int(argument: str, value: Any, allow_none=False) -> None:
@@ -58,11 +65,7 @@ def check_seed(value: Any) -> None:
 
 def check_rate(argument: str, value: Any) -> None:
     """A dropout rate: a float in [0, 1)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not 0.0 <= value < 1.0
-    ):
+    if not _is_real(value) or not 0.0 <= value < 1.0:
         raise invalid(argument, "a float in the range [0, 1)", value)
 
 
@@ -80,11 +83,7 @@ def check_positive_float(argument: str, value: Any, allow_none=False) -> None:
     """A positive, finite number (an int or a float, not a bool)."""
     if allow_none and value is None:
         return
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not 0 < value < math.inf
-    ):
+    if not _is_real(value) or not 0 < value < math.inf:
         expected = "a positive, finite float" + (" or `None`" if allow_none else "")
         raise invalid(argument, expected, value)
 

@@ -311,3 +311,21 @@ def test_converts_group_query_attention(kernel_calls):
     kernel_calls.clear()
     assert_close(model(x), before)
     assert kernel_calls == ["grouped_query_attention"]
+
+
+def test_numpy_numbers_that_keras_takes_convert_and_clone():
+    # Keras's layer takes `dropout=np.float32(0.1)`; ours refused it, so the
+    # converted model failed in `clone_model` (which rebuilds from the config).
+    inputs = keras.Input(shape=(4, 8))
+    layer = keras.layers.MultiHeadAttention(2, 4, dropout=np.float32(0.1))
+    model = keras.Model(inputs, layer(inputs, inputs))
+    assert convert(model).converted
+    x = np.random.default_rng(0).normal(size=(2, 4, 8)).astype("float32")
+    clone = keras.models.clone_model(model)
+    clone.set_weights(model.get_weights())
+    assert_close(clone(x), model(x), atol=1e-6)
+    assert isinstance(clone.layers[1], keras_selfattn.MultiHeadAttention)
+    ours = keras_selfattn.SelfAttention(
+        4, dropout=np.float32(0.1), scale=np.float32(0.5)
+    )
+    assert ours.get_config()["scale"] == 0.5
