@@ -27,6 +27,7 @@ from keras_selfattn._validation import (
     check_positive_float,
     check_positive_int,
     check_rate,
+    check_seed,
 )
 from keras_selfattn._validation import invalid as _invalid
 
@@ -92,6 +93,12 @@ def _validate_shapes(query, key, value) -> None:
     def _clash(a, b):
         return a is not None and b is not None and a != b
 
+    if q_shape[-1] == 0:  # the default scale is 1 / sqrt(dim)
+        raise _invalid(
+            "query",
+            "a last dimension (dim, the size of one key vector) of at least 1",
+            f"<tensor of shape {q_shape}>",
+        )
     if _clash(q_shape[-1], k_shape[-1]):
         raise _invalid(
             "key",
@@ -107,7 +114,7 @@ def _validate_shapes(query, key, value) -> None:
         )
     if rank == 4:
         heads, kv_heads = q_shape[2], k_shape[2]
-        if heads is None or kv_heads is None or heads % kv_heads:
+        if heads is None or not kv_heads or heads % kv_heads:
             raise _invalid(
                 "key",
                 f"a known number of heads that divides `query`'s ({heads}): "
@@ -312,6 +319,20 @@ def _plain_attention(
     return output, scores
 
 
+def _check_broadcastable(argument: str, shape: tuple, target: tuple) -> None:
+    """Checks that a tensor of `shape` broadcasts to `target` (None: unknown)."""
+    fits = len(shape) <= len(target) and all(  # aligned from the right
+        a in (1, None) or b is None or a == b
+        for a, b in zip(reversed(shape), reversed(target), strict=False)
+    )
+    if not fits:
+        raise _invalid(
+            argument,
+            f"a boolean tensor broadcastable to the logits' shape {target}",
+            f"<tensor of shape {shape}>",
+        )
+
+
 def masked_softmax(logits, mask=None, axis=-1):
     """The kernel's softmax on its own, for code that computes its logits.
 
@@ -338,9 +359,18 @@ def masked_softmax(logits, mask=None, axis=-1):
     array([[0.2689, 0.7311, 0.    ],
            [0.    , 0.    , 0.    ]], dtype=float32)
     """
-    dtype = logits.dtype
+    if not isinstance(logits, keras.KerasTensor):
+        logits = ops.convert_to_tensor(logits)
+    dtype = keras.backend.standardize_dtype(logits.dtype)
+    if "float" not in dtype:  # integer weights would all round to 0 or 1
+        raise _invalid(
+            "logits", "a floating-point tensor", f"<tensor of dtype {dtype}>"
+        )
     logits = ops.cast(logits, "float32")
     if mask is not None:
+        if not isinstance(mask, keras.KerasTensor):
+            mask = ops.convert_to_tensor(mask)
+        _check_broadcastable("mask", tuple(mask.shape), tuple(logits.shape))
         logits = ops.where(ops.cast(mask, "bool"), logits, _f32(_MASKED_LOGIT))
     row_max = ops.max(logits, axis=axis, keepdims=True)
     weights = ops.exp(ops.subtract(logits, row_max))
@@ -1004,9 +1034,11 @@ def scaled_dot_product_attention(
             `None` (no window).
         dropout: Float in `[0, 1)`, the rate of dropout on the attention
             weights, applied only when `training` is True. Defaults to `0.0`.
-        training: Boolean, whether dropout is active. Defaults to `False`.
-        seed: Optional integer or `keras.random.SeedGenerator` for the
-            dropout. Layers pass their own `SeedGenerator`. Defaults to `None`.
+        training: Boolean (or `None`, as `False`), whether dropout is
+            active. Defaults to `False`.
+        seed: Optional integer in `[0, 2**31 - 1]` (the seeds every backend
+            takes) or `keras.random.SeedGenerator` for the dropout. Layers
+            pass their own `SeedGenerator`. Defaults to `None`.
         return_scores: Boolean. If True, also return the attention weights
             (before dropout), which only the plain path has. Defaults to
             `False`.
@@ -1045,6 +1077,9 @@ def scaled_dot_product_attention(
     check_bool("causal", causal)
     check_positive_int("sliding_window", sliding_window, allow_none=True)
     check_rate("dropout", dropout)
+    check_bool("training", training, allow_none=True)
+    if not isinstance(seed, keras.random.SeedGenerator):
+        check_seed(seed)
     check_bool("return_scores", return_scores)
     check_bool("flash_attention", flash_attention, allow_none=True)
     check_paths(chunk_size, flash_attention, dropout if training else 0.0)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_selfattn import scaled_dot_product_attention
+from keras_selfattn import masked_softmax, scaled_dot_product_attention
 from tests.helpers import assert_padding_ignored, gradients, output_and_grads, to_numpy
 from tests.reference import reference_attention
 
@@ -486,6 +486,10 @@ _BAD_CALLS = {
     "causal_string": ({"causal": "no"}, "`causal`"),
     "return_scores_int": ({"return_scores": 1}, "`return_scores`"),
     "flash_string": ({"flash_attention": "no"}, "`flash_attention`"),
+    "training_string": ({"dropout": 0.5, "training": "no"}, "`training`"),
+    "seed_negative": ({"seed": -1}, "`seed`"),
+    "seed_too_large": ({"seed": 2**31}, "`seed`"),
+    "seed_float": ({"seed": 1.5}, "`seed`"),
 }
 
 
@@ -504,6 +508,8 @@ _BAD_SHAPES = {
     "key_dim_differs": (((1, 3, 4), (1, 3, 5), (1, 3, 4)), "`key`"),
     "value_length_differs": (((1, 3, 4), (1, 3, 4), (1, 2, 4)), "`value`"),
     "heads_differ": (((1, 3, 2, 4), (1, 3, 3, 4), (1, 3, 3, 4)), "`key`"),
+    "no_kv_heads": (((1, 3, 2, 4), (1, 3, 0, 4), (1, 3, 0, 4)), "`key`"),
+    "dim_zero": (((1, 3, 2, 0), (1, 3, 2, 0), (1, 3, 2, 4)), "`query`"),
 }
 
 
@@ -532,6 +538,48 @@ def test_integer_inputs_raise_value_error():
     ids = np.ones((1, 3, 4), "int32")
     with pytest.raises(ValueError, match=r"`query`.*floating-point"):
         scaled_dot_product_attention(ids, ids, ids)
+
+
+# ----------------------------------------------------------- masked_softmax
+
+
+def test_masked_softmax_matches_numpy_and_zeroes_rows_with_no_key(rng):
+    logits = rng.normal(size=(2, 3, 4)).astype("float32") * 5
+    mask = rng.random((2, 1, 4)) > 0.4
+    mask[1, 0] = False  # a row that may see nothing
+    weights = to_numpy(masked_softmax(logits, mask))
+    exp = np.where(mask, np.exp(logits - logits.max(-1, keepdims=True)), 0.0)
+    sums = exp.sum(-1, keepdims=True)
+    expected = np.divide(exp, sums, out=np.zeros_like(exp), where=sums > 0)
+    np.testing.assert_allclose(weights, expected, rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(weights[1], 0.0)
+    half = to_numpy(masked_softmax(logits.astype("float16") * 1000, mask))
+    assert half.dtype == np.float16 and np.isfinite(half).all()
+
+
+_BAD_SOFTMAX = {
+    "integer_logits": ((np.array([[1, 2]]), None), r"`logits`.*floating-point"),
+    "mask_too_long": (
+        (np.zeros((2, 3), "float32"), np.ones((4,), bool)),
+        r"`mask`, expected a boolean tensor broadcastable to the logits' "
+        r"shape \(2, 3\)",
+    ),
+    "mask_of_higher_rank": (
+        (np.zeros((2, 3), "float32"), np.ones((1, 2, 3), bool)),
+        r"`mask`",
+    ),
+}
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize(
+    "args, message", _BAD_SOFTMAX.values(), ids=_BAD_SOFTMAX.keys()
+)
+def test_masked_softmax_bad_input_is_a_value_error(args, message):
+    # Integer logits came back as integer weights (all 0); a mask that does
+    # not broadcast failed deep inside each backend.
+    with pytest.raises(ValueError, match=message):
+        masked_softmax(*args)
 
 
 # ------------------------------------------- regressions found in review
