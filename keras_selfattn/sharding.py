@@ -23,9 +23,10 @@ __all__ = ["layout_map"]
 # (`variable.path`, e.g. "encoder/self_attention_layer/query/kernel"), and how each
 # of their axes shards: "model" on the mesh's model axis, None replicated.
 _SHARDS = {
-    # MultiHeadAttention (and keras.layers.MultiHeadAttention): projections to
+    # MultiHeadAttention and GroupQueryAttention (and Keras's): projections to
     # (in, heads, head_dim), biases (heads, head_dim), and the output
-    # projection from (heads, head_dim, out).
+    # projection from (heads, head_dim, out). GroupQueryAttention's key and
+    # value projections have its key-value heads on that axis.
     "(query|key|value)/kernel": (None, "model", None),
     "(query|key|value)/bias": ("model", None),
     "attention_output/kernel": ("model", None, None),
@@ -56,6 +57,19 @@ def layout_map(
       the query, key and value kernels `(in, heads, head_dim)` and biases
       on their heads axis, the output kernel `(heads, head_dim, out)` on its
       heads axis.
+    - `GroupQueryAttention` splits its query heads and its key-value heads
+      the same way: both counts must divide by the size of `model_axis`.
+      Where its key-value heads do not (multi-query attention has one),
+      replicate that layer's key and value projections by their exact
+      paths, which the map looks up before its patterns:
+
+      ```python
+      layouts = keras_selfattn.layout_map(mesh)
+      for part in ("key", "value"):  # the layer named "mqa": replicated
+          layouts[f"mqa/{part}/kernel"] = (None, None, None)
+          layouts[f"mqa/{part}/bias"] = (None, None)
+      ```
+
     - `SelfAttention` splits its fused `qkv_kernel` `(features, 3 * units)`
       by columns and its `output_kernel` `(units, units)` by rows, the
       concatenated heads. The fused columns are `[Q | K | V]`, so a shard of

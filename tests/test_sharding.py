@@ -100,6 +100,10 @@ _MODEL_PARALLEL = textwrap.dedent(
             y = keras_selfattn.SelfAttention(16, num_heads=4)(x)
         elif name == "MultiHeadAttention":
             y = keras_selfattn.MultiHeadAttention(4, 4)(x, x)
+        elif name == "GroupQueryAttention":
+            y = keras_selfattn.GroupQueryAttention(4, 4, 2)(x, x)
+        elif name == "MultiQueryAttention":  # one key-value head
+            y = keras_selfattn.GroupQueryAttention(4, 4, 1, name="mqa")(x, x)
         elif name == "AttentionPooling":
             y = keras_selfattn.AttentionPooling(num_heads=2)(x)
         else:
@@ -124,8 +128,8 @@ _MODEL_PARALLEL = textwrap.dedent(
         difference = max(np.abs(a - b).max() for a, b in zip(got, expected))
         return float(difference / max(np.abs(b).max() for b in expected))
 
-    names = ["SelfAttention", "MultiHeadAttention", "AttentionPooling",
-             "TransformerEncoder"]
+    names = ["SelfAttention", "MultiHeadAttention", "GroupQueryAttention",
+             "MultiQueryAttention", "AttentionPooling", "TransformerEncoder"]
     keras.utils.set_random_seed(0)  # the same weights in every run
     rng = np.random.default_rng(0)
     x = rng.normal(size=(3, 6, 16)).astype("float32")
@@ -138,8 +142,12 @@ _MODEL_PARALLEL = textwrap.dedent(
 
     mesh = keras.distribution.DeviceMesh(
         (1, 2), ["batch", "model"], devices=jax.devices())
+    layouts = keras_selfattn.layout_map(mesh)
+    for part in ("key", "value"):  # one key-value head: replicated (the docs)
+        layouts[f"mqa/{part}/kernel"] = (None, None, None)
+        layouts[f"mqa/{part}/bias"] = (None, None)
     keras.distribution.set_distribution(keras.distribution.ModelParallel(
-        layout_map=keras_selfattn.layout_map(mesh), batch_dim_name="batch"))
+        layout_map=layouts, batch_dim_name="batch"))
     report = {"devices": len(jax.devices())}
     for name in names:
         weights, upstream, expected = one_device[name]
@@ -241,6 +249,22 @@ def test_model_parallel_matches_one_device(subprocess_env):
     assert shards["SelfAttention"]["qkv_kernel"][1] == [[16, 24]]
     assert shards["SelfAttention"]["output_kernel"][1] == [[8, 16]]
     assert shards["AttentionPooling"]["key_kernel"][1] == [[16, 8]]
+    # Grouped-query: the query heads and the 2 key-value heads split in two.
+    gqa = shards["GroupQueryAttention"]
+    assert gqa["query/kernel"][1] == [[16, 2, 4]]
+    assert gqa["key/kernel"][1] == gqa["value/kernel"][1] == [[16, 1, 4]]
+    assert gqa["attention_output/kernel"][1] == [[2, 4, 16]]
+    # One key-value head: its projections replicated by their exact paths.
+    mqa = shards["MultiQueryAttention"]
+    assert mqa["query/kernel"][1] == [[16, 2, 4]]
+    assert (
+        mqa["key/kernel"]
+        == mqa["value/kernel"]
+        == [
+            "P(None, None, None)",
+            [[16, 1, 4]],
+        ]
+    )
     encoder = shards["TransformerEncoder"]
     assert encoder["self_attention_layer/value/kernel"][1] == [[16, 2, 4]]
     assert encoder["feedforward_intermediate_dense/kernel"][1] == [[16, 16]]
