@@ -304,20 +304,36 @@ class EpochCheckpoint(keras.callbacks.Callback):
     generators; the optimizer's include its step count, which drives the
     learning-rate schedule.
 
+    With `options`, the chief also writes them (as JSON, in
+    `OPTIONS_FILE`) beside its checkpoint, and `restore` refuses a
+    checkpoint made with other options: resuming would pair its weights with
+    another run's vocabulary, data, seed or schedule.
+
     Args:
         folder: The chief's checkpoint folder.
         model: A compiled model; its optimizer is built here if it is not
             yet, so that its variables exist to be restored.
         strategy: The `tf.distribute.Strategy` training runs under, or
             `None`. Defaults to `None`.
+        options: The training options the checkpoints must match, as a dict
+            that JSON can write, or `None` (not checked). Defaults to `None`.
     """
 
-    def __init__(self, folder: str | os.PathLike, model: keras.Model, strategy=None):
+    OPTIONS_FILE = "options.json"
+
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        model: keras.Model,
+        strategy=None,
+        options: dict | None = None,
+    ):
         import tensorflow as tf
 
         super().__init__()
         self.folder = Path(folder)
         self.strategy = strategy
+        self.options = None if options is None else json.loads(json.dumps(options))
         optimizer = model.optimizer
         if not optimizer.built:
             scope = contextlib.nullcontext() if strategy is None else strategy.scope()
@@ -348,6 +364,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
         latest = tf.train.latest_checkpoint(str(self.folder))
         if latest is None:
             return 0
+        self._check_options()
         try:
             self._checkpoint.restore(latest).assert_consumed()
         except (AssertionError, ValueError, tf.errors.OpError) as error:
@@ -357,8 +374,38 @@ class EpochCheckpoint(keras.callbacks.Callback):
             ) from None
         return int(self._epoch.numpy())
 
+    def _check_options(self) -> None:
+        """Raises `DistributeError` if the checkpoint's options are not ours."""
+        if self.options is None:
+            return
+        path = self.folder / self.OPTIONS_FILE
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError):
+            saved = None
+        if not isinstance(saved, dict):
+            raise DistributeError(
+                f"the checkpoint in {self.folder} has no readable record of "
+                f"the options it was trained with ({path}); delete "
+                f"{self.folder} to start over"
+            )
+        differ = [
+            f"{name}={saved.get(name)!r}, not {value!r}"
+            for name, value in self.options.items()
+            if saved.get(name) != value
+        ]
+        if differ:
+            raise DistributeError(
+                f"the checkpoint in {self.folder} was trained with other "
+                f"options ({'; '.join(differ)}); run the same command again "
+                f"to resume, or delete {self.folder} to start over"
+            )
+
     def save(self, epochs_done: int) -> None:
         """Saves the variables as they are after `epochs_done` epochs."""
+        if self.options is not None and is_chief(self.strategy):
+            self.folder.mkdir(parents=True, exist_ok=True)
+            (self.folder / self.OPTIONS_FILE).write_text(json.dumps(self.options))
         self._epoch.assign(epochs_done)
         self._manager.save(checkpoint_number=epochs_done)
         discard(self._writes, self.strategy)

@@ -16,8 +16,10 @@ pipeline of token ids and the loop) lives in `distributed.py`. The loop shows
 what `fit` shows and calls the same callbacks.
 
 Epoch `e` depends on `(seed, e)` alone: its batches (`ReviewBatches`) and its
-dropout masks. So a run killed at any point and started again ends with
-exactly the weights of an uninterrupted one.
+dropout masks. So a run killed at any point and started again with the same
+options ends with exactly the weights of an uninterrupted one; a checkpoint
+made with other options (but for `out`, `verbose`, `tensorboard` and
+`calibrate`) is refused, with the options that differ.
 
 It runs on the TensorFlow backend (the model reads raw strings) and leaves no
 global state behind: with `mixed_precision=True` the global dtype policy is
@@ -311,6 +313,20 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))  # no overflow for any z
 
 
+# Options that leave the trained weights alone: a resume may change them.
+_FREE_ON_RESUME = ("out", "verbose", "tensorboard", "calibrate")
+
+
+def _resume_options(config: TrainConfig) -> dict:
+    """The options a checkpoint must have been trained with to resume from."""
+    return {
+        field.name: str(value) if isinstance(value, os.PathLike) else value
+        for field in fields(config)
+        if field.name not in _FREE_ON_RESUME
+        for value in [getattr(config, field.name)]
+    }
+
+
 def _log(line: str) -> None:
     print(line, flush=True)
 
@@ -401,7 +417,9 @@ def _train(config: TrainConfig, strategy, extra_callbacks: list) -> TrainResult:
             learning_rate=config.learning_rate,
         )
     out = Path(config.out)
-    checkpoint = distributed.EpochCheckpoint(f"{out}.backup", model, strategy)
+    checkpoint = distributed.EpochCheckpoint(
+        f"{out}.backup", model, strategy, options=_resume_options(config)
+    )
     done = checkpoint.restore()
     if done:
         _log(f"resuming after epoch {done} from {checkpoint.folder}")

@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import inspect
+import json
 
 import keras
 import numpy as np
 import pytest
 
 from keras_selfattn.imdb import model as imdb_model
+from keras_selfattn.imdb.distributed import DistributeError
 from keras_selfattn.imdb.model import DEFAULTS
 from keras_selfattn.imdb.train import TrainConfig, TrainResult, train
 from tests.helpers import write_acl, write_reviews
@@ -238,3 +240,32 @@ def test_an_interrupted_run_resumes_after_its_last_epoch(tmp_path, capsys):
     steps_per_epoch = -(-(64 - round(0.05 * 64)) // 32)
     model = keras.models.load_model(out)
     assert int(model.optimizer.iterations) == 2 * steps_per_epoch
+
+
+def test_a_resume_with_other_options_is_refused_naming_them(tmp_path, capsys):
+    # The checkpoint's weights would meet another vocabulary, seed and
+    # schedule: it trained on and reported 0.5 without a word before.
+    data = write_acl(tmp_path / "acl", n_train=64, n_test=8)
+    out = tmp_path / "resume.keras"
+    options = {**TINY, "epochs": 2, "batch_size": 32, "seed": 3}
+    with pytest.raises(KeyboardInterrupt):
+        train(
+            TrainConfig(data=str(data), out=out, **options),
+            callbacks=[_InterruptAfterFirstEpoch()],
+        )
+    backup = tmp_path / "resume.keras.backup"
+    assert json.loads((backup / "options.json").read_text())["seed"] == 3
+    other = TrainConfig(data=str(data), out=out, **{**options, "seed": 7})
+    with pytest.raises(DistributeError) as error:
+        train(other)
+    assert str(error.value) == (
+        f"the checkpoint in {backup} was trained with other options (seed=3, "
+        f"not 7); run the same command again to resume, or delete {backup} "
+        "to start over"
+    )
+    assert not out.exists() and backup.is_dir()  # nothing trained, nothing lost
+    # What leaves the weights alone may change: the run resumes.
+    same = TrainConfig(data=str(data), out=out, **options, calibrate=False)
+    capsys.readouterr()
+    train(same)
+    assert "resuming after epoch 1" in capsys.readouterr().out
