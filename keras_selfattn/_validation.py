@@ -90,8 +90,8 @@ def check_positive_float(argument: str, value: Any, allow_none=False) -> None:
 
 def check_non_negative_float(argument: str, value: Any) -> None:
     """Zero or a positive, finite number."""
-    if value != 0 or isinstance(value, bool):
-        check_positive_float(argument, value)
+    if not _is_real(value) or not 0 <= value < math.inf:
+        raise invalid(argument, "a non-negative, finite float", value)
 
 
 def check_known_last_dim(argument: str, shape, what: str) -> None:

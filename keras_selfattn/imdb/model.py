@@ -38,6 +38,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from keras_selfattn._validation import MAX_SEED
 from keras_selfattn.imdb import data
 from keras_selfattn.imdb._errors import first_line
 from keras_selfattn.layers.encoder import TransformerEncoder
@@ -118,6 +119,12 @@ DEFAULTS = {
     "attention": "keras_selfattn",
     "ngram_logit": True,
 }
+
+
+def _offset(seed: int, offset: int) -> int:
+    """A sub-layer's seed: `seed + offset`, wrapped into the seeds every
+    backend takes (`[0, MAX_SEED]`), so that the largest seed works too."""
+    return (seed + offset) % (MAX_SEED + 1)
 
 
 def build_model(
@@ -230,7 +237,7 @@ def build_model(
             num_heads=num_heads,
             dropout=dropout,
             attention_dropout=0.0,  # dropout on the block's outputs only
-            seed=seed + 10 * (i + 1),
+            seed=_offset(seed, 10 * (i + 1)),
             attention=attention,
             name=f"{ENCODER}_{i}",
         )(x)
@@ -242,7 +249,7 @@ def build_model(
         entropy_penalty=pooling_entropy,
         name=POOLING,
     )(x)
-    x = keras.layers.Dropout(dropout, seed=seed + 1, name=POOLING_DROPOUT)(x)
+    x = keras.layers.Dropout(dropout, seed=_offset(seed, 1), name=POOLING_DROPOUT)(x)
     if ngram_logit:
         score = NgramLogit(sizes, dtype="float32", name=NGRAM)(streams)
         x = keras.layers.Concatenate(dtype="float32", name=FEATURES)(

@@ -42,6 +42,7 @@ import keras
 import numpy as np
 
 from keras_selfattn._validation import (
+    MAX_SEED,
     check_int_in_range,
     check_non_negative_float,
     check_one_of,
@@ -75,11 +76,14 @@ class TrainConfig:
             `None` to keep the first `max_len`. Defaults to `100`
             (`keras-selfattn train` without `--head-len` clips it to
             `max_len`).
-        vocab_size: Words in the vocabulary. Defaults to `20000`.
-        bigram_vocab_size: Word pairs in a second vocabulary; `0` leaves
-            bigrams out. Defaults to `80000`.
+        vocab_size: Words in the vocabulary, with the padding id and [UNK] (at
+            least 2). Defaults to `20000`.
+        bigram_vocab_size: Word pairs in a second vocabulary (at least 2,
+            with the padding id and [UNK]); `0` leaves bigrams out.
+            Defaults to `80000`.
         embed_dim: Size of the token vectors. Defaults to `64`.
-        num_heads: Attention heads of each encoder block. Defaults to `2`.
+        num_heads: Attention heads of each encoder block, a divisor of
+            `embed_dim`. Defaults to `2`.
         num_layers: Encoder blocks. Defaults to `1`.
         intermediate_dim: Hidden size of the encoder's feed-forward part.
             Defaults to `128`.
@@ -88,8 +92,8 @@ class TrainConfig:
             decay). Defaults to `1e-3`.
         limit: Train on only the first `limit` training reviews, or all of
             them with `None`. Defaults to `None`.
-        seed: Seed of the initialisation, dropout and shuffling.
-            Defaults to `1337`.
+        seed: Seed of the initialisation, dropout and shuffling, from 0 to
+            2**31 - 1. Defaults to `1337`.
         out: The model file, a `.keras` path in an existing folder; the
             checkpoints to resume from are in the folder `out + ".backup"`.
             Defaults to `"imdb.keras"`.
@@ -182,7 +186,17 @@ class TrainConfig:
         ):
             check_positive_int(name, getattr(self, name))
         check_int_in_range("head_len", self.head_len, 0, self.max_len, True)
-        check_int_in_range("bigram_vocab_size", self.bigram_vocab_size, 0)
+        # A vocabulary holds the padding id and [UNK] at least.
+        check_int_in_range("vocab_size", self.vocab_size, 2)
+        if self.bigram_vocab_size != 0:
+            check_int_in_range("bigram_vocab_size", self.bigram_vocab_size, 2)
+        if self.embed_dim % self.num_heads:
+            raise invalid(
+                "num_heads",
+                f"a divisor of embed_dim={self.embed_dim} (each head gets "
+                "an equal share of the token vector)",
+                self.num_heads,
+            )
         check_rate("dropout", self.dropout)
         check_rate("crop_rate", self.crop_rate)
         check_non_negative_float("pooling_entropy", self.pooling_entropy)
@@ -191,7 +205,12 @@ class TrainConfig:
         check_one_of("rotten_tomatoes", self.rotten_tomatoes, (False, True))
         check_positive_float("learning_rate", self.learning_rate)
         check_positive_int("limit", self.limit, allow_none=True)
-        check_int_in_range("seed", self.seed, 0)
+        check_int_in_range("seed", self.seed, 0, MAX_SEED)
+        if self.tensorboard is not None and (
+            not isinstance(self.tensorboard, (str, os.PathLike))
+            or not str(self.tensorboard)
+        ):
+            raise invalid("tensorboard", "a non-empty path or None", self.tensorboard)
         if self.tensorboard is not None and not importlib.util.find_spec("tensorboard"):
             raise ValueError(
                 "Argument `tensorboard` needs the `tensorboard` package, which "

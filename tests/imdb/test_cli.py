@@ -269,6 +269,9 @@ def test_help_lists_the_commands(capsys):
         (["--learning-rate=-1e-3"], "learning_rate"),
         (["--seed", "-1"], "seed"),
         (["--attention", "torch"], "--attention"),
+        (["--num-heads", "3"], "num_heads"),
+        (["--vocab-size", "1"], "vocab_size"),
+        (["--seed", str(2**64)], "seed"),
     ],
     ids=[
         "head_len_below_minus_one",
@@ -281,6 +284,9 @@ def test_help_lists_the_commands(capsys):
         "negative_learning_rate",
         "negative_seed",
         "unknown_attention",
+        "heads_not_dividing_embed_dim",  # exit code 1 after loading, before
+        "vocab_of_one",
+        "seed_past_every_backend",
     ],
 )
 def test_bad_train_options_are_one_line_with_exit_code_2(capsys, args, field):

@@ -62,6 +62,12 @@ def test_defaults_are_the_models():
         ("devices", "/gpu:0"),
         ("attention", "torch"),
         ("verbose", 3),
+        ("vocab_size", 1),
+        ("bigram_vocab_size", 1),
+        ("num_heads", 3),
+        ("seed", 2**31),
+        ("tensorboard", ""),
+        ("pooling_entropy", -1.0),
     ],
     ids=[
         "zero_epochs",
@@ -87,12 +93,34 @@ def test_defaults_are_the_models():
         "devices_not_a_list",
         "unknown_attention",
         "verbose_three",
+        "vocab_of_one",  # Keras's TextVectorization refused it after loading
+        "bigram_vocab_of_one",
+        "heads_not_dividing_embed_dim",  # refused by the encoder after loading
+        "seed_past_every_backend",
+        "empty_tensorboard",  # was accepted, then ignored
+        "negative_pooling_entropy",
     ],
 )
 def test_config_names_the_bad_field(tmp_path, monkeypatch, field, value):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=f"argument `{field}`.*Received: {field}="):
         TrainConfig(**{field: value})
+
+
+def test_config_errors_say_what_is_expected():
+    with pytest.raises(ValueError, match="expected a non-negative, finite float"):
+        TrainConfig(pooling_entropy=-1.0)
+    with pytest.raises(ValueError, match=r"a divisor of embed_dim=64.*num_heads=3"):
+        TrainConfig(num_heads=3)
+
+
+def test_the_largest_seed_builds_the_model():
+    # The sub-layers' seeds (seed + an offset) wrap into what every backend takes.
+    texts = ["a good film", "a bad film"]
+    options = {**TrainConfig(seed=2**31 - 1).model_options(), "vocab_size": 10}
+    options.update(bigram_vocab_size=10, embed_dim=8, intermediate_dim=8, max_len=8)
+    model = imdb_model.build_model(texts, **options)
+    assert model(np.array(texts, dtype=object)).shape == (2, 1)
 
 
 def test_tensorboard_without_its_package_is_refused_before_training(monkeypatch):
