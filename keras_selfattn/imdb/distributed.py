@@ -91,7 +91,10 @@ def _tf_config() -> dict:
         config = json.loads(text)
         workers = config["cluster"]["worker"]
         task_type = config["task"]["type"]
-        int(config["task"]["index"])
+        index = config["task"]["index"]
+        if isinstance(index, bool):  # int(True) is 1
+            raise TypeError(f"task.index is {index!r}, not an integer")
+        index = int(index)
     except (ValueError, KeyError, TypeError) as error:
         raise DistributeError(
             f"TF_CONFIG is not valid cluster JSON ({type(error).__name__}: {error}); "
@@ -103,6 +106,12 @@ def _tf_config() -> dict:
     if task_type not in config["cluster"]:
         raise DistributeError(
             f"TF_CONFIG's task type {task_type!r} is not in its cluster"
+        )
+    tasks = config["cluster"][task_type]
+    if isinstance(tasks, list) and not 0 <= index < len(tasks):
+        raise DistributeError(
+            f"TF_CONFIG's task index {index} is not one of its cluster's "
+            f"{len(tasks)} {task_type!r} tasks (0 to {len(tasks) - 1})"
         )
     return config
 

@@ -90,8 +90,37 @@ def test_other_workers_write_to_a_private_folder_they_discard(tmp_path):
             ),
             "not in its cluster",
         ),
+        *(
+            (
+                json.dumps(
+                    {
+                        "cluster": {"worker": ["a:1"]},
+                        "task": {"type": "worker", "index": i},
+                    }
+                ),
+                message,
+            )
+            for i, message in (
+                (
+                    5,
+                    r"task index 5 is not one of its cluster's 1 'worker' "
+                    r"tasks \(0 to 0\)",
+                ),
+                (-1, "task index -1 is not one of"),
+                (True, "task.index is True, not an integer"),
+            )
+        ),
     ],
-    ids=["missing", "not_json", "no_workers_key", "empty_workers", "unknown_task"],
+    ids=[
+        "missing",
+        "not_json",
+        "no_workers_key",
+        "empty_workers",
+        "unknown_task",
+        "index_past_the_workers",
+        "negative_index",
+        "bool_index",
+    ],
 )
 def test_multiworker_needs_a_valid_tf_config(monkeypatch, tf_config, message):
     if tf_config is None:
