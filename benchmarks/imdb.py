@@ -277,25 +277,78 @@ def _print_faithfulness(result: dict, title: str) -> None:
                   f"{m['sufficiency']:.4f} |")  # fmt: skip
 
 
+def _count(low: int):
+    """An argparse type: an integer of at least `low`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer of at least {low}, got {text!r}"
+            )
+        return value
+
+    return parse
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--limit", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--only", choices=["ours", "keras"], default=None)
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--limit",
+        type=_count(1),
+        default=None,
+        help="train on the first N training reviews only (default: all 20,000)",
+    )
+    parser.add_argument(
+        "--seed", type=_count(0), default=None, help="training seed (default: 1337)"
+    )
+    parser.add_argument(
+        "--only",
+        choices=["ours", "keras"],
+        default=None,
+        help="train one side only (default: both, alternating)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=_count(1),
+        default=1,
+        help="trainings per side; the medians are reported (default: 1)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="change a TrainConfig field for the runs (repeatable)",
+    )
     parser.add_argument("--keep", metavar="DIR", help="keep the trained models here")
-    parser.add_argument("--trust", nargs="+", metavar="MODEL")
-    parser.add_argument("--faithfulness-reviews", type=int, default=500)
+    parser.add_argument(
+        "--trust",
+        nargs="+",
+        metavar="MODEL",
+        help="instead of training, measure saved models against NB-LR and VADER",
+    )
+    parser.add_argument(
+        "--faithfulness-reviews",
+        type=_count(1),
+        default=500,
+        help="held-out reviews for ERASER's faithfulness (default: 500)",
+    )
     parser.add_argument(
         "--occlusion-reviews",
-        type=int,
+        type=_count(0),
         default=100,
-        help="reviews for occlusion's faithfulness (it scores a review per token)",
+        help="reviews for occlusion's faithfulness, 0 for none (it scores a "
+        "review per token; default: 100)",
     )
     parser.add_argument(
         "--explained",
-        type=int,
+        type=_count(1),
         default=EXPLAINED,
         help="texts per set for the plausibility figures (default: the whole "
         "Rotten Tomatoes test split and as many last sentences)",
@@ -325,7 +378,7 @@ def main(argv=None) -> int:
         sides = sides[1:]
     runs = [
         run_one(name, attention, args, index)
-        for index in range(max(1, args.repeats))
+        for index in range(args.repeats)
         for name, attention in sides
     ]
     results = []
