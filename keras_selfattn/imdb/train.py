@@ -188,8 +188,9 @@ class TrainConfig:
         check_int_in_range("head_len", self.head_len, 0, self.max_len, True)
         # A vocabulary holds the padding id and [UNK] at least.
         check_int_in_range("vocab_size", self.vocab_size, 2)
-        if self.bigram_vocab_size != 0:
-            check_int_in_range("bigram_vocab_size", self.bigram_vocab_size, 2)
+        check_int_in_range("bigram_vocab_size", self.bigram_vocab_size, 0)
+        if self.bigram_vocab_size == 1:
+            raise invalid("bigram_vocab_size", "0 (none) or at least 2", 1)
         if self.embed_dim % self.num_heads:
             raise invalid(
                 "num_heads",

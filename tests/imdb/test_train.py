@@ -64,6 +64,7 @@ def test_defaults_are_the_models():
         ("verbose", 3),
         ("vocab_size", 1),
         ("bigram_vocab_size", 1),
+        ("bigram_vocab_size", False),
         ("num_heads", 3),
         ("seed", 2**31),
         ("tensorboard", ""),
@@ -95,6 +96,7 @@ def test_defaults_are_the_models():
         "verbose_three",
         "vocab_of_one",  # Keras's TextVectorization refused it after loading
         "bigram_vocab_of_one",
+        "bool_bigram_vocab",
         "heads_not_dividing_embed_dim",  # refused by the encoder after loading
         "seed_past_every_backend",
         "empty_tensorboard",  # was accepted, then ignored
