@@ -284,7 +284,7 @@ def test_help_lists_the_commands(capsys):
         "negative_learning_rate",
         "negative_seed",
         "unknown_attention",
-        "heads_not_dividing_embed_dim",  # exit code 1 after loading, before
+        "heads_not_dividing_embed_dim",  # these three: exit code 1, after loading
         "vocab_of_one",
         "seed_past_every_backend",
     ],
