@@ -136,6 +136,15 @@ def _validate_shapes(query, key, value) -> None:
             )
 
 
+def _broadcasts(shape: tuple, target: tuple) -> bool:
+    """Whether a tensor of `shape` broadcasts to `target`, dimensions aligned
+    from the right (None: unknown, taken as fitting)."""
+    return len(shape) <= len(target) and all(
+        a in (1, None) or b is None or a == b
+        for a, b in zip(reversed(shape), reversed(target), strict=False)
+    )
+
+
 def _normalize_mask(mask, batch, heads, q_len, k_len, squeezed_heads):
     """Returns `mask` as a boolean 4-D tensor broadcastable to (B, H, Tq, Tk)."""
     shape = tuple(mask.shape)
@@ -157,9 +166,8 @@ def _normalize_mask(mask, batch, heads, q_len, k_len, squeezed_heads):
         full = (shape[0], None, *shape[1:])
     else:
         full = shape
-    for got, want in zip(full, (batch, heads, q_len, k_len), strict=True):
-        if got is not None and got != 1 and want is not None and got != want:
-            raise _invalid("mask", expected, f"<tensor of shape {shape}>")
+    if not _broadcasts(full, (batch, heads, q_len, k_len)):
+        raise _invalid("mask", expected, f"<tensor of shape {shape}>")
     if mask.dtype != "bool":
         mask = ops.cast(mask, "bool")
     if rank == 2:
@@ -319,20 +327,6 @@ def _plain_attention(
     return output, scores
 
 
-def _check_broadcastable(argument: str, shape: tuple, target: tuple) -> None:
-    """Checks that a tensor of `shape` broadcasts to `target` (None: unknown)."""
-    fits = len(shape) <= len(target) and all(  # aligned from the right
-        a in (1, None) or b is None or a == b
-        for a, b in zip(reversed(shape), reversed(target), strict=False)
-    )
-    if not fits:
-        raise _invalid(
-            argument,
-            f"a boolean tensor broadcastable to the logits' shape {target}",
-            f"<tensor of shape {shape}>",
-        )
-
-
 def masked_softmax(logits, mask=None, axis=-1):
     """The kernel's softmax on its own, for code that computes its logits.
 
@@ -370,7 +364,13 @@ def masked_softmax(logits, mask=None, axis=-1):
     if mask is not None:
         if not isinstance(mask, keras.KerasTensor):
             mask = ops.convert_to_tensor(mask)
-        _check_broadcastable("mask", tuple(mask.shape), tuple(logits.shape))
+        if not _broadcasts(tuple(mask.shape), tuple(logits.shape)):
+            raise _invalid(
+                "mask",
+                f"a boolean tensor broadcastable to the logits' shape "
+                f"{tuple(logits.shape)}",
+                f"<tensor of shape {tuple(mask.shape)}>",
+            )
         logits = ops.where(ops.cast(mask, "bool"), logits, _f32(_MASKED_LOGIT))
     row_max = ops.max(logits, axis=axis, keepdims=True)
     weights = ops.exp(ops.subtract(logits, row_max))
