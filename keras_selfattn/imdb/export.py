@@ -31,8 +31,13 @@ from pathlib import Path
 import keras
 
 # The verdict is the model's (one threshold); `label_of` is handed on here.
-from keras_selfattn.imdb.model import NEGATIVE, POSITIVE, THRESHOLD, label_of
-from keras_selfattn.text import standardize
+from keras_selfattn.imdb.model import (
+    NEGATIVE,
+    POSITIVE,
+    THRESHOLD,
+    has_words,
+    label_of,
+)
 
 __all__ = [
     "INPUT",
@@ -52,13 +57,11 @@ class ExportError(Exception):
 
 
 class _Readable(keras.layers.Layer):
-    """`model.readable` on a tensor: whether each raw string keeps a word
-    through the model's standardization."""
+    """`model.has_words`: whether each raw string keeps a word through the
+    model's standardization."""
 
     def call(self, texts):
-        import tensorflow as tf  # string tensors: TensorFlow only
-
-        return tf.strings.length(tf.strings.strip(standardize(texts))) > 0
+        return has_words(texts)
 
     def compute_output_spec(self, texts):
         return keras.KerasTensor(texts.shape, dtype="bool")

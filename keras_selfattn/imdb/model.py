@@ -64,10 +64,12 @@ __all__ = [
     "classifier_inputs",
     "compile_model",
     "evaluate",
+    "has_words",
     "label_of",
     "load",
     "logits",
     "predict",
+    "readable",
 ]
 
 # The names of the model's layers, in the order data flows through them.
@@ -577,9 +579,18 @@ def readable(texts: Sequence[str]) -> list[bool]:
     constant for every such text, not a verdict. The commands and the server
     refuse such texts.
     """
+    import tensorflow as tf
+
+    return [bool(r) for r in has_words(tf.constant(list(texts))).numpy()]
+
+
+def has_words(texts):
+    """`readable` on a string tensor of any shape: a bool tensor, True where
+    the text keeps a word through the standardization (a TensorFlow op, so
+    the exported SavedModel computes it too)."""
     import tensorflow as tf  # the standardization is a TensorFlow string op
 
-    return [bool(t.strip()) for t in standardize(tf.constant(list(texts))).numpy()]
+    return tf.strings.length(tf.strings.strip(standardize(texts))) > 0
 
 
 def load(path: str | Path) -> keras.Model:
