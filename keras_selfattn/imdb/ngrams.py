@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import keras
 import numpy as np
 
+from keras_selfattn._validation import check_positive_float, check_positive_int
+from keras_selfattn.imdb import _checks
 from keras_selfattn.imdb import model as imdb_model
 
 __all__ = [
@@ -78,12 +80,13 @@ def naive_bayes_ratios(
         pairs: `(pairs, 2)` integer array of distinct `(text, id)` pairs.
         labels: The 0/1 label of each text.
         size: The number of ids.
-        alpha: The smoothing count. Defaults to `1.0`.
+        alpha: The smoothing count, positive. Defaults to `1.0`.
 
     Returns:
         A float64 array `(size,)`.
     """
-    labels = np.asarray(labels)
+    labels = _checks.labels(labels)
+    check_positive_float("alpha", alpha)
     positive = labels[pairs[:, 0]] == 1
     p = alpha + np.bincount(pairs[positive, 1], minlength=size)[:size]
     q = alpha + np.bincount(pairs[~positive, 1], minlength=size)[:size]
@@ -110,8 +113,10 @@ def minimize_lbfgs(
         memory: The number of correction pairs kept. Defaults to `10`.
 
     Returns:
-        `(x, iterations)`: `iterations == max_iter` when it stopped there
-        before meeting `tol`.
+        `(x, iterations)`. It stops when the gradient meets `tol`, when no
+        step along the search direction lowers `f` any more (as close to the
+        minimum as float64 gets it), or after `max_iter` iterations:
+        `iterations == max_iter` means it stopped there, before either.
     """
     x = np.array(x0, dtype="float64")
     f, g = fun(x)
@@ -166,24 +171,33 @@ def logistic_regression(
 ) -> tuple[np.ndarray, float, int]:
     """L2-regularised logistic regression on a sparse matrix, by L-BFGS.
 
-    Minimises `C * sum_i log(1 + exp(-y_i z_i)) + |w|^2 / 2` with
+    Minimises `C * sum_i log(1 + exp(-s_i z_i)) + |w|^2 / 2` with
     `z_i = sum_j x_ij w_j + b` (the intercept `b` is not penalised) and
-    `y_i = +-1`, as scikit-learn's `LogisticRegression(C=C)` does.
+    `s_i = 2 y_i - 1` the sign of label `y_i`, as scikit-learn's
+    `LogisticRegression(C=C)` does.
 
     Args:
-        rows: The row of each non-zero entry of `x`.
-        columns: Its column.
+        rows: The row of each non-zero entry of `x`, in `[0, n)`.
+        columns: Its column, in `[0, size)`.
         values: Its value, `x[rows, columns]`.
-        labels: The 0/1 label of each row `(n,)`.
+        labels: The 0/1 label `y_i` of each row `(n,)`.
         size: The number of columns.
-        C: The inverse regularization. Defaults to `1.0`.
+        C: The inverse regularization, positive. Defaults to `1.0`.
         max_iter: L-BFGS's most iterations. Defaults to `200`.
 
     Returns:
         `(w (size,), b, iterations)`.
     """
-    labels = np.asarray(labels, dtype="float64")
+    labels = _checks.labels(labels).astype("float64")
+    check_positive_float("C", C)
+    check_positive_int("max_iter", max_iter)
     n = len(labels)
+    if len(rows) and not 0 <= np.min(rows) <= np.max(rows) < n:
+        raise ValueError(
+            "Received an invalid value for argument `rows`, expected row "
+            f"indices in [0, {n}), one label per row. Received: rows from "
+            f"{np.min(rows)} to {np.max(rows)}"
+        )
 
     def fun(theta):
         w, b = theta[:-1], theta[-1]
@@ -203,7 +217,8 @@ class NgramFit:
 
     Attributes:
         texts: The number of training texts.
-        features: The number of distinct n-grams of the model's vocabularies.
+        features: The number of distinct n-grams of the model's vocabularies
+            that the training texts hold.
         iterations: L-BFGS's iterations.
         max_iter: Its limit: `iterations == max_iter` means it stopped
             there, before its tolerance.
@@ -258,8 +273,9 @@ def fit_ngram_branch(
         model: A model from `build_model(ngram_logit=True)`.
         texts: The training texts (never the held-out ones).
         labels: Their 0/1 labels.
-        C: The regression's inverse regularization. Defaults to `1.0`.
-        alpha: The ratios' smoothing count. Defaults to `1.0`.
+        C: The regression's inverse regularization, positive. Defaults to
+            `1.0`.
+        alpha: The ratios' smoothing count, positive. Defaults to `1.0`.
         max_iter: L-BFGS's most iterations. Defaults to `200`.
 
     Returns:
@@ -267,9 +283,12 @@ def fit_ngram_branch(
     """
     start = time.perf_counter()
     _check_has_ngram_branch(model)
+    labels = _checks.labels(labels, len(texts))
+    check_positive_float("C", C)
+    check_positive_float("alpha", alpha)
+    check_positive_int("max_iter", max_iter)
     ngram = model.get_layer(imdb_model.NGRAM)
     sizes = ngram.vocabulary_sizes
-    labels = np.asarray(labels)
     rows, columns, ratios, offset = [], [], [], 0
     for size, pairs in zip(
         sizes, presence(_vectorizers(model), sizes, texts), strict=True
@@ -332,20 +351,36 @@ class Blend:
 
 
 def _logistic_newton(
-    z: np.ndarray, y: np.ndarray, ridge: float = 0.01, steps: int = 30
+    z: np.ndarray, y: np.ndarray, ridge: float = 0.01, steps: int = 100
 ) -> np.ndarray:
     """Weights and last the bias of the logistic regression of `y` on the
-    columns of `z` (a few features), by Newton's method, with the penalty
-    `ridge * |weights|^2 / 2` (the bias is not penalised): on held-out texts
-    that a branch separates, the weights stay finite."""
+    columns of `z` (a few features), with the penalty `ridge * |weights|^2 /
+    2` (the bias is not penalised): on held-out texts that a branch
+    separates, the weights stay finite. Newton's method, each step halved
+    until the penalised loss goes down: a full step can overshoot without
+    limit where the logits are large and the texts separable."""
     x = np.concatenate([z, np.ones((len(z), 1))], 1)
     penalty = np.full(x.shape[1], float(ridge))
     penalty[-1] = 1e-9
+    sign = np.where(y == 1, -1.0, 1.0)
+
+    def loss(theta):
+        return np.sum(np.logaddexp(0.0, sign * (x @ theta))) + 0.5 * penalty @ theta**2
+
     theta = np.zeros(x.shape[1])
+    value = loss(theta)
     for _ in range(steps):
         p = 0.5 * (1.0 + np.tanh(0.5 * (x @ theta)))
+        gradient = x.T @ (p - y) + penalty * theta
         hessian = (x * (p * (1 - p))[:, None]).T @ x + np.diag(penalty)
-        theta -= np.linalg.solve(hessian, x.T @ (p - y) + penalty * theta)
+        step = np.linalg.solve(hessian, gradient)
+        size = 1.0
+        while size > 1e-12 and not loss(theta - size * step) < value:
+            size *= 0.5
+        if size <= 1e-12:  # no step lowers it: the minimum, to float64
+            break
+        theta = theta - size * step
+        value = loss(theta)
     return theta
 
 
@@ -379,7 +414,7 @@ def blend(
     Returns:
         The `Blend`.
     """
-    labels = np.asarray(labels)
+    labels = _checks.labels(labels, len(texts))
     attention, score = branch_logits(model, texts)
     if min(np.sum(labels == 1), np.sum(labels == 0)) >= min_per_class:
         a, b, c = _logistic_newton(np.stack([attention, score], 1), labels)

@@ -196,3 +196,53 @@ def test_blend_refuses_a_model_without_the_ngram_branch():
     with pytest.raises(ValueError, match="ngram_logit=True"):
         ngrams.fit_ngram_branch(model, texts, labels)
     keras.backend.clear_session()
+
+
+def test_blend_mix_is_scikit_learns_on_texts_a_branch_separates():
+    # Large logits of held-out texts that the attention branch separates:
+    # 30 full Newton steps diverged here (a bias of -2e10, every verdict the
+    # same); the penalised regression has a finite optimum, scikit-learn's.
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        y = np.repeat([1.0, 0.0], 20)
+        attention = np.where(y == 1, 1, -1) * rng.uniform(0.5, 60, 40)
+        score = rng.normal(scale=40, size=40) + 10 * (2 * y - 1)
+        z = np.stack([attention, score], 1)
+        theta = ngrams._logistic_newton(z, y, ridge=0.01)
+        reference = LogisticRegression(C=100.0, tol=1e-12, max_iter=100_000)
+        reference.fit(z, y)
+        expected = np.append(reference.coef_[0], reference.intercept_)
+        np.testing.assert_allclose(theta, expected, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(labels=np.array([1, 1, 0, 0] * 5)), "`labels`.*16 of them"),
+        (dict(labels=np.array([1, 1, -1, -1] * 4)), "0 or 1. Received: the value -1"),
+        (dict(alpha=0.0), "`alpha`, expected a positive"),
+        (dict(C=0.0), "`C`, expected a positive"),
+        (dict(max_iter=0), "`max_iter`, expected a positive integer"),
+    ],
+    ids=["more-labels-than-texts", "labels-plus-minus-one", "alpha-zero", "C-zero",
+         "max-iter-zero"],
+)  # fmt: skip
+def test_fit_ngram_branch_rejects_bad_input(change, message):
+    # Each was fitted without a word: extra labels as empty texts, -1 as a
+    # label the loss and the gradient read differently, NaN weights for
+    # alpha = 0, all-zero weights for C = 0.
+    texts, labels = _symmetric()
+    model = build_model(texts, vocab_size=10, bigram_vocab_size=0, **SMALL)
+    arguments = {"labels": labels, **change}
+    with pytest.raises(ValueError, match=message):
+        ngrams.fit_ngram_branch(model, texts, **arguments)
+    assert np.all(np.asarray(model.get_layer(imdb_model.NGRAM).kernel) == 0.0)
+
+
+def test_logistic_regression_rejects_rows_without_a_label():
+    with pytest.raises(ValueError, match=r"`rows`, expected row indices in \[0, 2\)"):
+        ngrams.logistic_regression(
+            np.array([0, 2]), np.array([0, 1]), np.ones(2), np.array([1, 0]), 2
+        )
