@@ -24,6 +24,8 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from keras_selfattn._validation import check_positive_int
+from keras_selfattn.imdb import _checks
 from keras_selfattn.imdb import model as imdb_model
 
 __all__ = [
@@ -53,25 +55,33 @@ def fit_temperature(
     """The temperature T that minimizes the NLL of sigmoid(logits / T).
 
     The NLL is smooth and unimodal in log T, so a golden-section search over
-    log T finds the minimum to about 1e-6 relative precision.
+    log T finds the minimum to about 1e-6 relative precision. Where the
+    minimum lies beyond `bounds`, the nearer bound comes back: logits that
+    put every text on its side have their NLL fall all the way to T = 0
+    (`calibrate` does not fit those).
 
     Args:
-        logits: The classifier's logits (before the sigmoid), float64 is best.
-        labels: The 0/1 labels.
-        bounds: The range searched. Defaults to `(0.05, 50.0)`.
+        logits: The classifier's logits (before the sigmoid), `(n,)`,
+            finite; float64 is best.
+        labels: The 0/1 labels, `(n,)`.
+        bounds: The range searched, `(low, high)` with `0 < low < high`.
+            Defaults to `(0.05, 50.0)`.
 
     Returns:
         The temperature, a positive float (1 means "leave as it is").
     """
-    logits = np.asarray(logits, dtype="float64")
-    labels = np.asarray(labels, dtype="float64")
-    if logits.shape != labels.shape or logits.size == 0:
+    logits = _checks.floats(logits)
+    labels = _checks.labels(labels, len(logits)).astype("float64")
+    try:
+        low, high = (float(b) for b in bounds)
+    except (TypeError, ValueError):
+        low = high = math.nan
+    if not 0.0 < low < high < math.inf:
         raise ValueError(
-            "Received an invalid value for argument `logits`, expected a "
-            "non-empty array with one logit per label. Received: "
-            f"logits of shape {logits.shape}, labels of shape {labels.shape}"
+            "Received an invalid value for argument `bounds`, expected "
+            f"`(low, high)` with 0 < low < high. Received: bounds={bounds!r}"
         )
-    low, high = (math.log(b) for b in bounds)
+    low, high = math.log(low), math.log(high)
     ratio = (math.sqrt(5.0) - 1.0) / 2.0
 
     def loss(log_t):
@@ -94,8 +104,9 @@ def fit_temperature(
 
 def _confidence_bins(probabilities, labels, bins: int):
     """Per bin of confidence: (count, mean confidence, accuracy)."""
-    p = np.asarray(probabilities, dtype="float64")
-    y = np.asarray(labels).astype(int)
+    check_positive_int("bins", bins)
+    p = _checks.floats(probabilities, argument="probabilities", unit_interval=True)
+    y = _checks.labels(labels, len(p))
     predicted = (p > imdb_model.THRESHOLD).astype(int)
     confidence = np.where(predicted == 1, p, 1.0 - p)  # in [0.5, 1]
     correct = (predicted == y).astype("float64")
@@ -124,12 +135,16 @@ def expected_calibration_error(
     ECE is the average, weighted by bin size, of |accuracy - confidence|.
 
     Args:
-        probabilities: Positive-class probabilities.
-        labels: The 0/1 labels.
+        probabilities: Positive-class probabilities in [0, 1], `(n,)`.
+        labels: The 0/1 labels, `(n,)`.
         bins: The number of bins. Defaults to `15`.
 
     Returns:
         The ECE, in [0, 1].
+
+    Raises:
+        ValueError: For arrays of other shapes or lengths, a probability
+            outside [0, 1] or NaN, a label other than 0 and 1.
     """
     rows = _confidence_bins(probabilities, labels, bins)
     total = sum(count for count, _, _ in rows)
@@ -149,8 +164,8 @@ def reliability_diagram(
     """Draws accuracy against confidence per bin, and saves it as a PNG.
 
     Args:
-        probabilities: Positive-class probabilities.
-        labels: The 0/1 labels.
+        probabilities: Positive-class probabilities in [0, 1], `(n,)`.
+        labels: The 0/1 labels, `(n,)`.
         path: The PNG file to write.
         bins: The number of bins. Defaults to `15`.
         title: A first title line. Defaults to `""`.
@@ -196,22 +211,36 @@ def calibrate(
     model: keras.Model,
     texts: Sequence[str],
     labels: Sequence[int] | np.ndarray,
+    *,
+    min_per_class: int = 10,
 ) -> float:
     """Fits a temperature on `texts` and folds it into the classifier.
 
     After this, `model` outputs sigmoid(logit / T) for every input: the
     classifier's kernel and bias are divided by T. Predicted labels do not
-    change.
+    change. With fewer than `min_per_class` texts of either class, or logits
+    that put every text on its side (their NLL falls all the way to T = 0,
+    so the fit would only sharpen the model without limit), there is
+    nothing to fit: the model is left as it is and 1.0 comes back.
 
     Args:
         model: A model from `keras_selfattn.imdb.model.build_model`.
         texts: Held-out reviews (never the test split).
         labels: Their 0/1 labels.
+        min_per_class: The fewest texts of each class the fit needs.
+            Defaults to `10`.
 
     Returns:
-        The temperature T.
+        The temperature T; exactly 1.0 when the model was left as it is.
     """
-    temperature = fit_temperature(imdb_model.logits(model, texts), labels)
+    labels = _checks.labels(labels, len(texts))
+    check_positive_int("min_per_class", min_per_class)
+    if min(np.sum(labels == 1), np.sum(labels == 0)) < min_per_class:
+        return 1.0
+    logits = imdb_model.logits(model, texts)
+    if np.all((logits > 0) == (labels == 1)):
+        return 1.0
+    temperature = fit_temperature(logits, labels)
     classifier = model.get_layer(imdb_model.CLASSIFIER)
     for weight in (classifier.kernel, classifier.bias):
         value = keras.ops.convert_to_numpy(weight).astype("float64")

@@ -307,8 +307,12 @@ def _calibrate(model, texts, labels, config: TrainConfig) -> float:
     """Fits the temperature on the validation texts; logs it."""
     texts, labels = _validation_texts(texts, labels, config)
     temperature = calibration.calibrate(model, texts, labels)
-    _log(f"calibration: temperature {temperature:.3f}, fitted on {len(texts)} "
-         "validation texts")  # fmt: skip
+    if temperature == 1.0:  # calibrate's word for "left as it is"
+        _log(f"calibration: none: {len(texts)} validation texts are too few of "
+             "a class, or all on their side, to fit a temperature on")  # fmt: skip
+    else:
+        _log(f"calibration: temperature {temperature:.3f}, fitted on "
+             f"{len(texts)} validation texts")  # fmt: skip
     return temperature
 
 

@@ -172,7 +172,10 @@ def test_train_leaves_the_global_dtype_policy_as_it_found_it(tmp_path, capsys):
     assert len(result.history["loss"]) == 1 and "val_accuracy" in result.history
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("device: ") and lines[1].startswith("mixed precision")
-    assert any(line.startswith("calibration: temperature ") for line in lines)
+    # 3 validation reviews and their crops: too few to fit a temperature on.
+    assert "calibration: none: 6 validation texts are too few of a class" in (
+        "\n".join(lines)
+    )
     assert imdb_model.NGRAM not in {layer.name for layer in result.model.layers}
     assert lines[-1] == f"test accuracy: {result.accuracy:.4f}"
 
