@@ -35,7 +35,7 @@ import os
 import platform
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import keras
@@ -250,6 +250,10 @@ class TrainResult:
         history: The per-epoch logs of this run (`loss`, `accuracy`,
             `val_loss`, ...); a resumed run has only the epochs it ran.
         model: The trained model.
+        branch_accuracy: With the n-gram branch, on one device: the test
+            accuracy of each branch alone, `{"attention": ..., "ngrams":
+            ...}` (what the log's "test accuracy of the branches" line
+            gives); empty otherwise.
     """
 
     accuracy: float
@@ -257,6 +261,7 @@ class TrainResult:
     seconds: float
     history: dict[str, list[float]]
     model: keras.Model
+    branch_accuracy: dict[str, float] = field(default_factory=dict)
 
 
 def cpu_name() -> str:
@@ -478,7 +483,7 @@ def _train(config: TrainConfig, strategy, extra_callbacks: list) -> TrainResult:
         )
 
     # The n-gram branch and the blend, or the temperature; save, test.
-    temperature, mix = 1.0, None
+    temperature, mix, branches = 1.0, None, {}
     if config.ngram_logit and n_val:
         fit, mix = _fit_and_blend(model, texts, labels, n_train, config)
     elif config.calibrate and n_val:
@@ -497,12 +502,15 @@ def _train(config: TrainConfig, strategy, extra_callbacks: list) -> TrainResult:
             test_logits = imdb_model.logits(model, dataset.test_texts)
         accuracy = imdb_model.accuracy(_sigmoid(test_logits), dataset.test_labels)
         if mix is not None:
-            alone = [
-                imdb_model.accuracy(_sigmoid(z), dataset.test_labels)
-                for z in ((attention - mix.bias) / mix.attention, score + fit.intercept)
-            ]
-            _log(f"test accuracy of the branches: attention {alone[0]:.4f}, "
-                 f"n-grams {alone[1]:.4f}")  # fmt: skip
+            branches = {
+                name: imdb_model.accuracy(_sigmoid(z), dataset.test_labels)
+                for name, z in (
+                    ("attention", (attention - mix.bias) / mix.attention),
+                    ("ngrams", score + fit.intercept),
+                )
+            }
+            _log(f"test accuracy of the branches: attention {branches['attention']:.4f}"
+                 f", n-grams {branches['ngrams']:.4f}")  # fmt: skip
             ece = calibration.expected_calibration_error(
                 _sigmoid(test_logits), dataset.test_labels
             )
@@ -523,7 +531,7 @@ def _train(config: TrainConfig, strategy, extra_callbacks: list) -> TrainResult:
         )
         accuracy = loop.evaluate(test_batches)["accuracy"]
     _log(f"test accuracy: {accuracy:.4f}")
-    return TrainResult(accuracy, out, seconds, dict(history.history), model)
+    return TrainResult(accuracy, out, seconds, dict(history.history), model, branches)
 
 
 # Reviews per evaluation batch (per replica under a strategy).

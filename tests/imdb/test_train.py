@@ -177,6 +177,7 @@ def test_train_leaves_the_global_dtype_policy_as_it_found_it(tmp_path, capsys):
         "\n".join(lines)
     )
     assert imdb_model.NGRAM not in {layer.name for layer in result.model.layers}
+    assert result.branch_accuracy == {}  # one branch
     assert lines[-1] == f"test accuracy: {result.accuracy:.4f}"
 
 
@@ -220,6 +221,13 @@ def test_the_default_model_trains_in_mixed_precision_with_its_blend(
     assert any(line.startswith("n-grams: NB-LR on 486 texts") for line in lines)
     blend = [line for line in lines if line.startswith("blend: ")]
     assert len(blend) == 1 and "fitted on 52 validation texts" in blend[0], blend
+    # The branches' own accuracies, as logged:
+    assert set(result.branch_accuracy) == {"attention", "ngrams"}
+    assert (
+        f"test accuracy of the branches: attention "
+        f"{result.branch_accuracy['attention']:.4f}, n-grams "
+        f"{result.branch_accuracy['ngrams']:.4f}"
+    ) in lines
     texts = ["Seen on day 7: superb, loved.", "Seen on day 7: awful, hated."]
     probabilities = imdb_model.predict(result.model, texts)
     assert np.all(np.isfinite(probabilities))
