@@ -22,7 +22,9 @@ def invalid(argument: str, expected: str, received: Any) -> ValueError:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """A Python or NumPy integer (`np.int64(4)` too, as Keras takes it), not
+    a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _is_real(value: Any) -> bool:

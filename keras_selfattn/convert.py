@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import keras
 
+from keras_selfattn._validation import check_positive_int
 from keras_selfattn.layers import grouped_query_attention as _gqa
 from keras_selfattn.layers._kernel_attention import KernelAttention
 from keras_selfattn.layers.decoder import TransformerDecoder
@@ -29,6 +30,11 @@ __all__ = ["ConversionReport", "convert"]
 _HUB_MODULES = "keras_hub.src.layers.modeling."
 _HUB_CACHED_MODULE = _HUB_MODULES + "cached_multi_head_attention"
 _HUB_DECODER_MODULE = _HUB_MODULES + "transformer_decoder"
+_HUB_ENCODER_MODULE = _HUB_MODULES + "transformer_encoder"
+
+# Configuration keys of keras-hub's decoder block that build it when it is
+# made from its config: `_check_config` leaves them out (it builds nothing).
+_SHAPE_KEYS = ("decoder_sequence_shape", "encoder_sequence_shape")
 
 _ALREADY_OURS_BLOCK = "already keras_selfattn's block (causality as a flag)"
 
@@ -110,29 +116,44 @@ def convert(
     blocks become `keras_selfattn.TransformerDecoder` too (same weights and
     sub-layers), which gives the kernel causality as a flag where keras-hub
     builds a `(batch, T, T)` int32 mask: on the chunked path a converted
-    decoder-only model (GPT-2, say) keeps its memory linear in `T`. Built
-    and unbuilt models both work, and the model's compiled functions are
-    reset so that the next `fit`, `predict` or `generate` traces the
-    converted layers.
+    decoder-only model (GPT-2, say) keeps its memory linear in `T`. The
+    compiled functions of `model` and of the models inside it are reset, so
+    that their next `fit`, `predict` or `generate` traces the converted
+    layers; a model that holds `model` keeps its own until they are reset
+    too, so convert the model you call (a keras-hub task such as
+    `GPT2CausalLM`, not only its backbone). Attention layers that exist
+    convert in built and unbuilt models alike; a layer that makes its
+    attention in `build` (keras-hub's blocks) must be built first.
 
     Layers are left alone, each with the reason in the report: a subclass of
     these classes other than the ones above (a custom attention layer: its
-    own `call` or `_compute_attention` would be dropped), a layer that is
-    already this package's, `GroupQueryAttention` where the installed
-    Keras is older than 3.15, and a keras-hub decoder block that is not
-    built yet or whose attention layers cannot become ours. Converting twice
-    changes nothing.
+    own `call` or `_compute_attention` would be dropped), any other layer
+    whose class name ends in `Attention` (an attention of its own code:
+    keras-hub's `LlamaAttention`, `GemmaAttention`, ..., or Keras's
+    `Attention`), a layer that is already this package's, `GroupQueryAttention`
+    where the installed Keras is older than 3.15, a keras-hub encoder or
+    decoder block that is not built yet, and a decoder block whose attention
+    layers cannot become ours. Converting twice changes nothing; converting
+    again with another `chunk_size` sets it on the layers that are already
+    ours (reported as converted, with the change). A layer whose
+    configuration our class would refuse (and so could not load or clone
+    after conversion: say a seed beyond 2**31 - 1) raises a `ValueError`
+    naming it, before any layer is changed.
 
-    Saving: a converted functional or Sequential model saves our classes
-    and loads them back. keras-hub models rebuild their layers from their
-    own constructor arguments when loaded, so their attention is keras-hub's
-    again: call `convert` after `keras.saving.load_model` (or
-    `from_preset`).
+    Saving: the attention layers that are nodes of a converted functional
+    model, or layers of a Sequential model, save as our classes and load
+    back, `chunk_size` and all. Attention held inside another layer (a
+    keras-hub block, a layer of your own) is rebuilt by that layer from its
+    own configuration when loaded, so it is that layer's class again (our
+    `TransformerDecoder` builds ours, without the `chunk_size`): call
+    `convert` again after `keras.saving.load_model` (or `from_preset`), with
+    the same `chunk_size`.
 
     Args:
         model: A Keras model or layer. It need not be built.
         chunk_size: Optional positive integer, the `chunk_size` of every
-            converted layer: attention over blocks of `chunk_size` keys, in
+            converted layer, and of every attention layer that is already
+            ours: attention over blocks of `chunk_size` keys, in
             memory linear in the sequence length (see
             `keras_selfattn.MultiHeadAttention`). That path has no dropout:
             a layer with `dropout > 0` or `flash_attention=True` then raises
@@ -165,27 +186,66 @@ def convert(
     left alone: attention (keras_selfattn.MultiHeadAttention)
         already computes through keras_selfattn's kernel
     """
+    check_positive_int("chunk_size", chunk_size, allow_none=True)
     drop_ins = _drop_ins()
-    plan, converted, left_alone = [], [], []
+    plan, rechunk, converted, left_alone = [], [], [], []
     for path, layer in _convertible_layers(model, drop_ins):
         name = _public_name(type(layer))
         target = drop_ins.get(type(layer))
         if isinstance(target, type) and _is_block(target):
             target = _why_not_block(layer, drop_ins) or target
-        if isinstance(target, type):
-            try:
+        rechunks = (
+            isinstance(layer, KernelAttention)
+            and chunk_size is not None
+            and layer.chunk_size != chunk_size
+        )
+        try:
+            if isinstance(target, type):
                 target._check_adoptable(layer, chunk_size)
-            except ValueError as error:
-                raise ValueError(f"Cannot convert `{path}` ({name}): {error}") from None
+                _check_config(layer, target)
+            elif rechunks:
+                type(layer)._check_adoptable(layer, chunk_size)
+        except ValueError as error:
+            raise ValueError(f"Cannot convert `{path}` ({name}): {error}") from None
+        if isinstance(target, type):
             plan.append((layer, target))
             converted.append(Entry(path, name, f"now {_public_name(target)}"))
+        elif rechunks:
+            rechunk.append(layer)
+            converted.append(
+                Entry(
+                    path,
+                    name,
+                    "already computes through keras_selfattn's kernel; chunk_size "
+                    f"{layer.chunk_size} -> {chunk_size}",
+                )
+            )
         else:
             left_alone.append(Entry(path, name, target or _why_not(layer, drop_ins)))
     for layer, target in plan:
         target._adopt(layer, chunk_size)
-    if plan:
+    for layer in rechunk:
+        layer._chunk_size = chunk_size
+    if plan or rechunk:
         _reset_compiled_functions(model)
     return ConversionReport(tuple(converted), tuple(left_alone))
+
+
+def _check_config(layer, target) -> None:
+    """Our constructor's checks on `layer`'s configuration: what `convert`
+    makes must load and clone (both make it again from its configuration),
+    so a value that Keras or keras-hub takes and ours refuses is refused
+    here, before anything changes. Builds nothing."""
+    config = layer.get_config()
+    for key in _SHAPE_KEYS:
+        config.pop(key, None)
+    try:
+        target.from_config(config)
+    except TypeError as error:  # Keras's wrapping of what the constructor raised
+        cause = error.__cause__ or error.__context__
+        if isinstance(cause, ValueError):
+            raise cause from None
+        raise
 
 
 def _drop_ins() -> dict[type, type | str]:
@@ -234,9 +294,13 @@ def _why_not_block(block, drop_ins) -> str | None:
     attention layers must compute through the kernel too and take what our
     block's call gives them (the cache, Keras masks, the causal flag)."""
     if not block.built:
+        return _NOT_BUILT
+    hidden = (block._decoder_sequence_shape or (None,))[-1]
+    if hidden is not None and hidden % block.num_heads:
         return (
-            "not built yet (its attention layers do not exist): call `convert` "
-            "once the model is built (keras-hub's models are built when made)"
+            f"its hidden size ({hidden}) is not a multiple of its "
+            f"{block.num_heads} heads, which {_public_name(TransformerDecoder)} "
+            "requires"
         )
     for name in ("_self_attention_layer", "_cross_attention_layer"):
         attention = getattr(block, name, None)
@@ -263,13 +327,34 @@ def _why_not_block(block, drop_ins) -> str | None:
     return None
 
 
+_NOT_BUILT = (
+    "not built yet (its attention layers do not exist): call `convert` once "
+    "the model is built (keras-hub's models are built when made)"
+)
+
+
+def _reported(layer, kinds) -> bool:
+    """Whether the report names `layer`: a layer `convert` knows (the
+    attention layers, the decoder blocks), another attention (a class name
+    ending in `Attention`, not ours), or an unbuilt keras-hub encoder."""
+    cls = type(layer)
+    return (
+        isinstance(layer, kinds)
+        or (
+            cls.__name__.endswith("Attention")
+            and not cls.__module__.startswith("keras_selfattn.")
+        )
+        or (cls.__module__ == _HUB_ENCODER_MODULE and not layer.built)
+    )
+
+
 def _convertible_layers(model, drop_ins) -> Iterator[tuple[str, keras.layers.Layer]]:
-    """(path, layer) of every layer in `model` that `convert` knows (the
-    attention layers, the decoder blocks), each once, depth first in the
-    order the layers were added."""
+    """(path, layer) of every layer in `model` that the report names
+    (`_reported`), each once, depth first in the order the layers were
+    added."""
     kinds = tuple(drop_ins)
     seen = {id(model)}
-    if isinstance(model, kinds):
+    if _reported(model, kinds):
         yield model.name, model
 
     def walk(prefix, parent):
@@ -278,7 +363,7 @@ def _convertible_layers(model, drop_ins) -> Iterator[tuple[str, keras.layers.Lay
                 continue
             seen.add(id(child))
             path = f"{prefix}/{child.name}" if prefix else child.name
-            if isinstance(child, kinds):
+            if _reported(child, kinds):
                 yield path, child
             yield from walk(path, child)
 
@@ -290,7 +375,16 @@ def _why_not(layer, drop_ins) -> str:
         return "already computes through keras_selfattn's kernel"
     if isinstance(layer, TransformerDecoder):
         return _ALREADY_OURS_BLOCK
-    base = next(cls for cls in type(layer).__mro__ if cls in drop_ins)
+    if type(layer).__module__ == _HUB_ENCODER_MODULE:
+        return _NOT_BUILT
+    base = next((cls for cls in type(layer).__mro__ if cls in drop_ins), None)
+    if base is None:
+        return (
+            "an attention of its own code, not a subclass of a class `convert` "
+            "knows (Keras's MultiHeadAttention and GroupQueryAttention, "
+            "keras-hub's CachedMultiHeadAttention and TransformerDecoder): it "
+            "computes as it did"
+        )
     overridden = [
         name
         for name in _BEHAVIOUR
@@ -314,7 +408,7 @@ def _public_name(cls: type) -> str:
         return "keras.layers.GroupQueryAttention"
     if cls.__module__.startswith("keras_selfattn."):
         return f"keras_selfattn.{cls.__qualname__}"
-    if cls.__module__ in (_HUB_CACHED_MODULE, _HUB_DECODER_MODULE):
+    if cls.__module__ in (_HUB_CACHED_MODULE, _HUB_DECODER_MODULE, _HUB_ENCODER_MODULE):
         return f"keras_hub.layers.{cls.__qualname__}"
     return f"{cls.__module__}.{cls.__qualname__}"
 

@@ -329,3 +329,92 @@ def test_numpy_numbers_that_keras_takes_convert_and_clone():
         4, dropout=np.float32(0.1), scale=np.float32(0.5)
     )
     assert ours.get_config()["scale"] == 0.5
+
+
+def _one_mha(**options):
+    inputs = keras.Input(shape=(4, 8))
+    layer = keras.layers.MultiHeadAttention(2, 4, name="mha", **options)
+    return keras.Model(inputs, layer(inputs, inputs)), layer
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"seed": 2**40}, "`seed`, expected an integer in the range"),
+        ({"dropout": 1.0}, r"`dropout`, expected a float in the range \[0, 1\)"),
+    ],
+    ids=["seed-beyond-our-range", "dropout-one"],
+)
+def test_a_layer_our_class_would_refuse_raises_before_any_change(options, message):
+    # Keras takes these; ours does not, so the converted model could not be
+    # loaded or cloned (both make the layer again from its configuration),
+    # and with dropout 1.0 not even called.
+    model, layer = _one_mha(**options)
+    with pytest.raises(
+        ValueError, match=f"^Cannot convert `mha` \\({KERAS_MHA}\\): .*{message}"
+    ):
+        convert(model)
+    assert type(layer) is keras.layers.MultiHeadAttention
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize(
+    "chunk_size", [0, -3, "abc", 2.5], ids=["zero", "negative", "string", "float"]
+)
+def test_chunk_size_is_checked_even_where_nothing_converts(chunk_size):
+    inputs = keras.Input(shape=(4, 8))
+    model = keras.Model(inputs, keras.layers.Dense(8)(inputs))
+    with pytest.raises(ValueError, match="`chunk_size`, expected a positive integer"):
+        convert(model, chunk_size=chunk_size)
+
+
+def test_converting_again_with_a_chunk_size_sets_it_on_our_layers(chunked_calls):
+    # A model converted earlier, or loaded as ours: `chunk_size` used to be
+    # dropped without a word for layers that were already ours.
+    model, layer = _one_mha()
+    x = np.random.default_rng(0).normal(size=(2, 4, 8)).astype("float32")
+    before = to_numpy(model.predict(x, verbose=0))
+    assert convert(model).converted and layer.chunk_size is None
+    report = convert(model, chunk_size=2)
+    assert report.converted == (
+        Entry(
+            "mha",
+            "keras_selfattn.MultiHeadAttention",
+            "already computes through keras_selfattn's kernel; chunk_size None -> 2",
+        ),
+    )
+    assert layer.chunk_size == 2 and report.left_alone == ()
+    assert_close(model.predict(x, verbose=0), before)  # traced again: chunked
+    assert chunked_calls == [2]
+    assert convert(model, chunk_size=2).converted == ()  # the same: left alone
+
+
+@pytest.mark.backend_independent
+def test_another_attention_of_its_own_code_is_reported_left_alone():
+    inputs = keras.Input(shape=(4, 8))
+    x = keras.layers.Attention(name="luong")([inputs, inputs])
+    report = convert(keras.Model(inputs, x))
+    assert report.converted == ()
+    assert [(e.path, e.layer_class) for e in report.left_alone] == [
+        ("luong", "keras.src.layers.attention.attention.Attention")
+    ]
+    assert report.left_alone[0].reason.startswith(
+        "an attention of its own code, not a subclass of a class `convert` knows"
+    )
+
+
+@needs_keras("3.15", "keras.layers.GroupQueryAttention")
+def test_numpy_integers_that_keras_takes_convert_and_clone():
+    # Keras's GroupQueryAttention takes `num_query_heads=np.int64(4)`; ours
+    # refused it, so the converted model failed in `clone_model`.
+    inputs = keras.Input(shape=(4, 8))
+    layer = keras.layers.GroupQueryAttention(4, np.int64(4), np.int64(2))
+    model = keras.Model(inputs, layer(inputs, inputs))
+    assert convert(model).converted
+    clone = keras.models.clone_model(model)
+    assert isinstance(clone.layers[1], keras_selfattn.GroupQueryAttention)
+    block = keras_selfattn.TransformerEncoder(
+        np.int64(8), np.int64(2), layer_norm_epsilon=np.float32(1e-5)
+    )
+    assert block.get_config()["num_heads"] == 2

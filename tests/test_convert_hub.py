@@ -425,3 +425,73 @@ def test_a_converted_gpt2_builds_no_sequence_by_sequence_tensor():
     convert(backbone, chunk_size=3)
     assert query_by_key(shapes(), 7, (7, 9)) == []
     assert [2, 7] in shapes(tf.bool)  # the padding, as a key mask
+
+
+@pytest.mark.parametrize(
+    "backbone",
+    ["LlamaBackbone", "MistralBackbone", "GemmaBackbone"],
+    ids=["llama", "mistral", "gemma"],
+)
+def test_an_attention_of_its_own_code_is_reported_left_alone(backbone):
+    # keras-hub's Llama, Mistral and Gemma compute attention in classes of
+    # their own: `convert` cannot make them ours, and used to say nothing.
+    options = {
+        "vocabulary_size": 50, "num_layers": 1, "num_query_heads": 4,
+        "num_key_value_heads": 2, "hidden_dim": 16, "intermediate_dim": 32,
+    }  # fmt: skip
+    if backbone == "GemmaBackbone":
+        options = {**options, "head_dim": 4}
+    model = getattr(keras_hub.models, backbone)(**options)
+    report = convert(model)
+    assert report.converted == ()
+    assert len(report.left_alone) == 1, report
+    entry = report.left_alone[0]
+    assert entry.layer_class.endswith("Attention") and "keras_hub" in entry.layer_class
+    assert entry.reason.startswith("an attention of its own code")
+
+
+def test_an_unbuilt_hub_encoder_is_reported_until_it_is_built():
+    # Its attention layer exists only once it is built: it used to be
+    # skipped without a word.
+    block = keras_hub.layers.TransformerEncoder(32, 2, name="e")
+    report = convert(block)
+    assert report.converted == ()
+    assert [(e.path, e.layer_class, e.reason) for e in report.left_alone] == [
+        (
+            "e",
+            "keras_hub.layers.TransformerEncoder",
+            "not built yet (its attention layers do not exist): call `convert` "
+            "once the model is built (keras-hub's models are built when made)",
+        )
+    ]
+    block(np.zeros((1, 4, 16), "float32"))
+    report = convert(block)
+    assert [e.path for e in report.converted] == ["self_attention_layer"]
+    assert report.left_alone == ()
+
+
+def test_a_hub_decoder_our_block_would_refuse_is_left_alone_or_refused():
+    x = np.random.default_rng(0).normal(size=(1, 4, 8)).astype("float32")
+    # Hidden 8 and 3 heads: keras-hub takes it (heads of size 2), our block
+    # does not; its attention converts, the block stays keras-hub's.
+    uneven = keras_hub.layers.TransformerDecoder(16, 3, name="d")
+    before = to_numpy(uneven(x))
+    report = convert(uneven)
+    assert [(e.path, e.reason) for e in report.left_alone] == [
+        (
+            "d",
+            "its hidden size (8) is not a multiple of its 3 heads, which "
+            "keras_selfattn.TransformerDecoder requires",
+        )
+    ]
+    assert [e.path for e in report.converted] == ["self_attention"]
+    assert type(uneven) is keras_hub.layers.TransformerDecoder
+    assert_close(to_numpy(uneven(x)), before)
+    # `normalize_first=0`: keras-hub takes it, ours asks for a bool; the
+    # converted block could not be loaded or cloned.
+    falsy = keras_hub.layers.TransformerDecoder(16, 2, normalize_first=0, name="f")
+    falsy(x)
+    refused = f"^Cannot convert `f` \\({HUB_DECODER}\\): .*`normalize_first`"
+    with pytest.raises(ValueError, match=refused + ", expected a boolean"):
+        convert(falsy)
+    assert type(falsy) is keras_hub.layers.TransformerDecoder

@@ -149,12 +149,7 @@ def check_block_arguments(
         check_rate("attention_dropout", attention_dropout)
     check_bool("normalize_first", normalize_first)
     check_seed(seed)
-    if (
-        isinstance(layer_norm_epsilon, bool)
-        or not isinstance(layer_norm_epsilon, (int, float))
-        or not layer_norm_epsilon > 0
-    ):
-        raise invalid("layer_norm_epsilon", "a positive float", layer_norm_epsilon)
+    check_positive_float("layer_norm_epsilon", layer_norm_epsilon)
 
 
 def rederive_call_attributes(layer: keras.layers.Layer) -> None:
