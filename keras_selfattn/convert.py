@@ -32,10 +32,6 @@ _HUB_CACHED_MODULE = _HUB_MODULES + "cached_multi_head_attention"
 _HUB_DECODER_MODULE = _HUB_MODULES + "transformer_decoder"
 _HUB_ENCODER_MODULE = _HUB_MODULES + "transformer_encoder"
 
-# Configuration keys of keras-hub's decoder block that build it when it is
-# made from its config: `_check_config` leaves them out (it builds nothing).
-_SHAPE_KEYS = ("decoder_sequence_shape", "encoder_sequence_shape")
-
 _ALREADY_OURS_BLOCK = "already keras_selfattn's block (causality as a flag)"
 
 # A subclass that overrides one of these computes differently from its base.
@@ -128,14 +124,15 @@ def convert(
     Layers are left alone, each with the reason in the report: a subclass of
     these classes other than the ones above (a custom attention layer: its
     own `call` or `_compute_attention` would be dropped), any other layer
-    whose class name ends in `Attention` (an attention of its own code:
+    whose class name ends in `Attention` and that holds none of these (an
+    attention of its own code:
     keras-hub's `LlamaAttention`, `GemmaAttention`, ..., or Keras's
     `Attention`), a layer that is already this package's, `GroupQueryAttention`
     where the installed Keras is older than 3.15, a keras-hub encoder or
     decoder block that is not built yet, and a decoder block whose attention
     layers cannot become ours. Converting twice changes nothing; converting
-    again with another `chunk_size` sets it on the layers that are already
-    ours (reported as converted, with the change). A layer whose
+    again with another `chunk_size` sets it on the attention layers that are
+    already ours (reported as converted, with the change). A layer whose
     configuration our class would refuse (and so could not load or clone
     after conversion: say a seed beyond 2**31 - 1) raises a `ValueError`
     naming it, before any layer is changed.
@@ -152,9 +149,11 @@ def convert(
     Args:
         model: A Keras model or layer. It need not be built.
         chunk_size: Optional positive integer, the `chunk_size` of every
-            converted layer, and of every attention layer that is already
-            ours: attention over blocks of `chunk_size` keys, in
-            memory linear in the sequence length (see
+            converted layer, and of every `MultiHeadAttention`,
+            `GroupQueryAttention` and `CachedMultiHeadAttention` that is
+            already ours (`SelfAttention` takes it in its constructor
+            only): attention over blocks of `chunk_size` keys, in memory
+            linear in the sequence length (see
             `keras_selfattn.MultiHeadAttention`). That path has no dropout:
             a layer with `dropout > 0` or `flash_attention=True` then raises
             a `ValueError`, before any layer is changed. Defaults to `None`,
@@ -235,17 +234,15 @@ def _check_config(layer, target) -> None:
     """Our constructor's checks on `layer`'s configuration: what `convert`
     makes must load and clone (both make it again from its configuration),
     so a value that Keras or keras-hub takes and ours refuses is refused
-    here, before anything changes. Builds nothing."""
-    config = layer.get_config()
-    for key in _SHAPE_KEYS:
-        config.pop(key, None)
+    here, before anything changes. Constructs nothing (so no random seed is
+    drawn and no layer name taken)."""
     try:
-        target.from_config(config)
-    except TypeError as error:  # Keras's wrapping of what the constructor raised
-        cause = error.__cause__ or error.__context__
-        if isinstance(cause, ValueError):
-            raise cause from None
-        raise
+        config = layer.get_config()
+    except Exception:  # any error of the layer's own serialisation
+        # Keras could not save or clone this layer either (a regularizer with
+        # no `get_config`, say): there is no configuration to keep loadable.
+        return
+    target._check_arguments(**config)
 
 
 def _drop_ins() -> dict[type, type | str]:
@@ -336,16 +333,18 @@ _NOT_BUILT = (
 def _reported(layer, kinds) -> bool:
     """Whether the report names `layer`: a layer `convert` knows (the
     attention layers, the decoder blocks), another attention (a class name
-    ending in `Attention`, not ours), or an unbuilt keras-hub encoder."""
+    ending in `Attention`, not ours, that holds no layer `convert` knows:
+    keras-hub's `DINOV2Attention` wraps a Keras `MultiHeadAttention`, which
+    is converted and named), or an unbuilt keras-hub encoder."""
     cls = type(layer)
-    return (
-        isinstance(layer, kinds)
-        or (
-            cls.__name__.endswith("Attention")
-            and not cls.__module__.startswith("keras_selfattn.")
-        )
-        or (cls.__module__ == _HUB_ENCODER_MODULE and not layer.built)
-    )
+    if isinstance(layer, kinds):
+        return True
+    if cls.__name__.endswith("Attention") and not cls.__module__.startswith(
+        "keras_selfattn."
+    ):
+        inside = layer._flatten_layers(include_self=False, recursive=True)
+        return not any(isinstance(child, kinds) for child in inside)
+    return cls.__module__ == _HUB_ENCODER_MODULE and not layer.built
 
 
 def _convertible_layers(model, drop_ins) -> Iterator[tuple[str, keras.layers.Layer]]:

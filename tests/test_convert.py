@@ -418,3 +418,64 @@ def test_numpy_integers_that_keras_takes_convert_and_clone():
         np.int64(8), np.int64(2), layer_norm_epsilon=np.float32(1e-5)
     )
     assert block.get_config()["num_heads"] == 2
+    # It builds and runs: Keras's attention layer inside takes Python ints.
+    assert tuple(block(np.zeros((1, 3, 4), "float32")).shape) == (1, 3, 4)
+    ours = keras_selfattn.MultiHeadAttention(np.int64(2), np.int64(4))
+    x = np.zeros((1, 3, 8), "float32")
+    assert tuple(ours(x, x).shape) == (1, 3, 8)
+
+
+def _penalty(weights):
+    """A regularizer as a plain function: Keras takes it, and cannot
+    serialise it back by name."""
+    return 0.01 * keras.ops.sum(weights**2)
+
+
+class _NoConfig(keras.constraints.Constraint):
+    """A constraint without `get_config`: the layer's own config fails."""
+
+    def __call__(self, weights):
+        return weights
+
+    def get_config(self):
+        raise NotImplementedError("no config")
+
+
+@pytest.mark.backend_independent
+def test_layers_whose_config_does_not_serialise_still_convert():
+    # `convert` checks a layer's configuration by our constructor's checks
+    # alone; a trial construction from the config refused these (and drew
+    # from Python's random generator: the next layer's weights changed).
+    import random
+
+    inputs = keras.Input(shape=(4, 8))
+    x = keras.layers.MultiHeadAttention(2, 4, kernel_regularizer=_penalty)(
+        inputs, inputs
+    )
+    x = keras.layers.MultiHeadAttention(2, 4, bias_constraint=_NoConfig())(x, x)
+    model = keras.Model(inputs, x)
+    state = random.getstate()
+    report = convert(model)
+    assert len(report.converted) == 2 and report.left_alone == ()
+    assert random.getstate() == state
+
+
+class WrapperAttention(keras.layers.Layer):
+    """A layer named like an attention that holds a Keras one (as keras-hub's
+    `DINOV2Attention` does)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.attention = keras.layers.MultiHeadAttention(2, 4, name="inner")
+
+    def call(self, x):
+        return self.attention(x, x)
+
+
+@pytest.mark.backend_independent
+def test_a_layer_that_holds_an_attention_convert_knows_is_not_reported():
+    inputs = keras.Input(shape=(4, 8))
+    model = keras.Model(inputs, WrapperAttention(name="wrapper")(inputs))
+    report = convert(model)
+    assert [e.path for e in report.converted] == ["wrapper/inner"]
+    assert report.left_alone == ()

@@ -47,13 +47,16 @@ class TransformerBlock(keras.layers.Layer):
         seed: int | None = None,
         **kwargs,
     ):
-        check_block_arguments(
-            intermediate_dim, num_heads, dropout, attention_dropout,
-            layer_norm_epsilon, normalize_first, seed,
+        self._check_arguments(
+            intermediate_dim=intermediate_dim, num_heads=num_heads,
+            dropout=dropout, attention_dropout=attention_dropout,
+            layer_norm_epsilon=layer_norm_epsilon,
+            normalize_first=normalize_first, seed=seed,
         )  # fmt: skip
         super().__init__(**kwargs)
-        self.intermediate_dim = intermediate_dim
-        self.num_heads = num_heads
+        # Keras's attention layers take only Python integers (ours NumPy's too).
+        self.intermediate_dim = int(intermediate_dim)
+        self.num_heads = int(num_heads)
         self.dropout = dropout
         self.attention_dropout = attention_dropout
         set_weight_options(
@@ -66,6 +69,19 @@ class TransformerBlock(keras.layers.Layer):
         self.normalize_first = normalize_first
         self.seed = seed
         self.supports_masking = True
+
+    @staticmethod
+    def _check_arguments(
+        *, intermediate_dim, num_heads, dropout=0.0, attention_dropout=None,
+        layer_norm_epsilon=1e-5, normalize_first=False, seed=None, **_other,
+    ) -> None:  # fmt: skip
+        """The constructor's checks, on its arguments or a block's config
+        (`keras_selfattn.convert` checks keras-hub's blocks by it, building
+        nothing; the other entries of a config are ignored)."""
+        check_block_arguments(
+            intermediate_dim, num_heads, dropout, attention_dropout,
+            layer_norm_epsilon, normalize_first, seed,
+        )  # fmt: skip
 
     # ------------------------------------------------------------ parts
 

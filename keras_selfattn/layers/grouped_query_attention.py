@@ -204,26 +204,13 @@ class GroupQueryAttention(KernelAttention, _Base):
         chunk_size: int | None = None,
         **kwargs,
     ):
-        check_positive_int("head_dim", head_dim)
-        check_positive_int("num_query_heads", num_query_heads)
-        check_positive_int("num_key_value_heads", num_key_value_heads)
-        if num_query_heads % num_key_value_heads:
-            raise invalid(
-                "num_key_value_heads",
-                "a divisor of `num_query_heads` (each group of query heads "
-                f"shares one key and value head; num_query_heads={num_query_heads})",
-                num_key_value_heads,
-            )
-        check_attention_options(
-            use_bias=use_bias,
-            dropout=dropout,
-            sliding_window=sliding_window,
-            scale=scale,
-            flash_attention=flash_attention,
-            chunk_size=chunk_size,
-            use_gate=use_gate,
-            seed=seed,
-        )
+        self._check_arguments(
+            head_dim=head_dim, num_query_heads=num_query_heads,
+            num_key_value_heads=num_key_value_heads, dropout=dropout,
+            use_bias=use_bias, sliding_window=sliding_window,
+            flash_attention=flash_attention, use_gate=use_gate, seed=seed,
+            scale=scale, chunk_size=chunk_size,
+        )  # fmt: skip
         super().__init__(
             head_dim=head_dim,
             num_query_heads=num_query_heads,
@@ -246,6 +233,36 @@ class GroupQueryAttention(KernelAttention, _Base):
         # Keras's hooks (and subclasses of them) scale by this attribute.
         self._inverse_sqrt_head_dim = self._set_kernel_options(
             flash_attention, scale, chunk_size, head_dim
+        )
+
+    @staticmethod
+    def _check_arguments(
+        *, head_dim, num_query_heads, num_key_value_heads, dropout=0.0,
+        use_bias=True, sliding_window=None, flash_attention=None,
+        use_gate=False, seed=None, scale=None, chunk_size=None, **_other,
+    ) -> None:  # fmt: skip
+        """The constructor's checks, on its arguments or a layer's config
+        (`keras_selfattn.convert` checks Keras's layers by it, building
+        nothing; the other entries of a config are ignored)."""
+        check_positive_int("head_dim", head_dim)
+        check_positive_int("num_query_heads", num_query_heads)
+        check_positive_int("num_key_value_heads", num_key_value_heads)
+        if num_query_heads % num_key_value_heads:
+            raise invalid(
+                "num_key_value_heads",
+                "a divisor of `num_query_heads` (each group of query heads "
+                f"shares one key and value head; num_query_heads={num_query_heads})",
+                num_key_value_heads,
+            )
+        check_attention_options(
+            use_bias=use_bias,
+            dropout=dropout,
+            sliding_window=sliding_window,
+            scale=scale,
+            flash_attention=flash_attention,
+            chunk_size=chunk_size,
+            use_gate=use_gate,
+            seed=seed,
         )
 
     def build(self, query_shape, value_shape, key_shape=None):

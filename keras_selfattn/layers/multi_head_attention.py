@@ -192,21 +192,16 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
         chunk_size: int | None = None,
         **kwargs,
     ):
-        check_positive_int("num_heads", num_heads)
-        check_positive_int("key_dim", key_dim)
-        check_positive_int("value_dim", value_dim, allow_none=True)
-        check_attention_options(
-            use_bias=use_bias,
-            dropout=dropout,
-            sliding_window=sliding_window,
-            scale=scale,
-            flash_attention=flash_attention,
-            chunk_size=chunk_size,
-            use_gate=use_gate,
-            seed=seed,
-        )
-        _check_output_shape(output_shape)
-        _check_attention_axes(attention_axes)
+        self._check_arguments(
+            num_heads=num_heads, key_dim=key_dim, value_dim=value_dim,
+            dropout=dropout, use_bias=use_bias, output_shape=output_shape,
+            attention_axes=attention_axes, sliding_window=sliding_window,
+            flash_attention=flash_attention, use_gate=use_gate, seed=seed,
+            scale=scale, chunk_size=chunk_size,
+        )  # fmt: skip
+        # Keras's constructor takes only Python integers (ours NumPy's too).
+        num_heads, key_dim = int(num_heads), int(key_dim)
+        value_dim = None if value_dim is None else int(value_dim)
         newer = _for_this_keras(
             sliding_window=sliding_window,
             flash_attention=flash_attention,
@@ -238,6 +233,32 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
         self._inverse_sqrt_key_dim = self._set_kernel_options(
             flash_attention, scale, chunk_size, key_dim
         )
+
+    @staticmethod
+    def _check_arguments(
+        *, num_heads, key_dim, value_dim=None, dropout=0.0, use_bias=True,
+        output_shape=None, attention_axes=None, sliding_window=None,
+        flash_attention=None, use_gate=False, seed=None, scale=None,
+        chunk_size=None, **_other,
+    ) -> None:  # fmt: skip
+        """The constructor's checks, on its arguments or a layer's config
+        (`keras_selfattn.convert` checks Keras's layers by it, building
+        nothing; the other entries of a config are ignored)."""
+        check_positive_int("num_heads", num_heads)
+        check_positive_int("key_dim", key_dim)
+        check_positive_int("value_dim", value_dim, allow_none=True)
+        check_attention_options(
+            use_bias=use_bias,
+            dropout=dropout,
+            sliding_window=sliding_window,
+            scale=scale,
+            flash_attention=flash_attention,
+            chunk_size=chunk_size,
+            use_gate=use_gate,
+            seed=seed,
+        )
+        _check_output_shape(output_shape)
+        _check_attention_axes(attention_axes)
 
     # ------------------------------------------------------------ building
 
