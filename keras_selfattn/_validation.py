@@ -22,8 +22,7 @@ def invalid(argument: str, expected: str, received: Any) -> ValueError:
 
 
 def _is_int(value: Any) -> bool:
-    """A Python or NumPy integer (`np.int64(4)` too, as Keras takes it), not
-    a bool."""
+    """A Python or NumPy integer (`np.int64(4)` too), not a bool."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 

@@ -125,12 +125,13 @@ def convert(
     these classes other than the ones above (a custom attention layer: its
     own `call` or `_compute_attention` would be dropped), any other layer
     whose class name ends in `Attention` and that holds none of these (an
-    attention of its own code:
-    keras-hub's `LlamaAttention`, `GemmaAttention`, ..., or Keras's
-    `Attention`), a layer that is already this package's, `GroupQueryAttention`
-    where the installed Keras is older than 3.15, a keras-hub encoder or
-    decoder block that is not built yet, and a decoder block whose attention
-    layers cannot become ours. Converting twice changes nothing; converting
+    attention of its own code: keras-hub's `LlamaAttention`,
+    `GemmaAttention`, ..., or Keras's `Attention`), a layer that is already
+    this package's, `GroupQueryAttention` where the installed Keras is
+    older than 3.15, a keras-hub encoder or decoder block that is not built
+    yet, and a decoder block whose attention layers cannot become ours (or
+    whose heads do not divide its hidden size). Converting twice changes
+    nothing; converting
     again with another `chunk_size` sets it on the attention layers that are
     already ours (reported as converted, with the change). A layer whose
     configuration our class would refuse (and so could not load or clone
