@@ -425,10 +425,12 @@ def test_numpy_integers_that_keras_takes_convert_and_clone():
     assert tuple(ours(x, x).shape) == (1, 3, 8)
 
 
-def _penalty(weights):
-    """A regularizer as a plain function: Keras takes it, and cannot
-    serialise it back by name."""
-    return 0.01 * keras.ops.sum(weights**2)
+class _Penalty(keras.regularizers.Regularizer):
+    """A regularizer without `get_config` (Keras's base raises
+    `NotImplementedError`): the layer's own config fails."""
+
+    def __call__(self, weights):
+        return 0.01 * keras.ops.sum(weights**2)
 
 
 class _NoConfig(keras.constraints.Constraint):
@@ -449,7 +451,7 @@ def test_layers_whose_config_does_not_serialise_still_convert():
     import random
 
     inputs = keras.Input(shape=(4, 8))
-    x = keras.layers.MultiHeadAttention(2, 4, kernel_regularizer=_penalty)(
+    x = keras.layers.MultiHeadAttention(2, 4, kernel_regularizer=_Penalty())(
         inputs, inputs
     )
     x = keras.layers.MultiHeadAttention(2, 4, bias_constraint=_NoConfig())(x, x)
