@@ -1,7 +1,8 @@
-"""The backend seam: all of the kernel's backend-specific code, in one place.
+"""The backend seam: all of the library's backend-specific code, in one place.
 
-`keras_selfattn.attention` is written with `keras.ops`; where a backend needs
-something of its own, the kernel calls one of these functions:
+`keras_selfattn.attention` and the layers are written with `keras.ops`;
+where a backend needs something of its own, they call one of these
+functions:
 
 - `fused_attention` (and `fused_keeps_float32`, `fused_takes_grouped_heads`):
   the backend's fused attention kernel
@@ -13,6 +14,9 @@ something of its own, the kernel calls one of these functions:
   (`tf.while_loop`, `jax.lax.scan`, a Python loop).
 - `may_need_gradient`: whether the chunked path needs its custom gradient
   (JAX differentiates only traced values).
+- `values_known`: whether a tensor's values can be read now (eagerly), for
+  the checks of values that only an eager call can make
+  (`TokenAndPositionEmbedding`'s token ids).
 - `free_memory`: the free memory of the device the backend computes on (the
   default memory budget of the choice of path follows it).
 
@@ -159,6 +163,32 @@ def may_need_gradient(*tensors) -> bool:
     import jax
 
     return any(isinstance(t, jax.core.Tracer) for t in tensors)
+
+
+def values_known(x) -> bool:
+    """Whether the values of tensor `x` can be read now.
+
+    True for an eager tensor; False inside a traced or compiled function (a
+    `tf.function`, JAX's `jit` and `grad`, `torch.compile`), for Keras's
+    symbolic tensors and for PyTorch's shape-only `meta` tensors, where a
+    check of values can raise nothing and reading them would fail.
+    """
+    if isinstance(x, keras.KerasTensor):
+        return False
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.executing_eagerly() and not tf.is_symbolic_tensor(x)
+    if backend == "jax":
+        import jax
+
+        return not isinstance(x, jax.core.Tracer)
+    if backend == "torch":
+        import torch
+
+        return x.device.type != "meta" and not torch.compiler.is_compiling()
+    return False
 
 
 def scan_blocks(step, carry, xs, ys_specs, work=None):

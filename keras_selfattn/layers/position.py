@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from keras_selfattn import _backend
 from keras_selfattn._validation import check_bool, check_positive_int, check_rank
 from keras_selfattn.layers._common import (
     set_weight_options,
@@ -29,6 +30,14 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     positions and hands the Keras mask `ids != 0` on to the next layers, so
     attention gives padded keys exactly zero weight. With `mask_zero=False`
     every position is real and no mask is produced.
+
+    Token ids outside `[0, vocabulary_size)` raise a `ValueError` where the
+    call can read them: eagerly, as in a direct call or PyTorch's `fit`.
+    Inside a compiled function (TensorFlow's and JAX's `fit` and `predict`,
+    an export), where no error can be raised, their positions output NaN on
+    every backend, rather than what each backend's lookup would make of
+    them: the row counted from the end for a negative id; for a large one,
+    an error, NaN, or the last row (XLA clamps).
 
     Not a drop-in for keras-hub's `TokenAndPositionEmbedding`: that layer
     defaults to `mask_zero=False`, initializes its positions with
@@ -119,11 +128,28 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 f"tokens. Received: inputs with {length} tokens"
             )
 
+    def _check_ids(self, inputs, known) -> None:
+        if not _backend.values_known(inputs) or ops.all(known):
+            return
+        values = ops.convert_to_numpy(inputs)
+        bad = values[(values < 0) | (values >= self.vocabulary_size)]
+        raise ValueError(
+            "Received an invalid value for argument `inputs`, expected token "
+            f"ids in [0, vocabulary_size={self.vocabulary_size}). Received: "
+            f"inputs with {bad.size} ids outside it, from {bad.min()} to {bad.max()}"
+        )
+
     def call(self, inputs):
         check_rank("inputs", inputs.shape, 2, "(batch, seq) of token ids")
         self._check_length(inputs.shape[1])
         inputs = ops.cast(inputs, "int32")
-        tokens = self.token_embedding(inputs)
+        known = ops.logical_and(
+            ops.greater_equal(inputs, 0), ops.less(inputs, self.vocabulary_size)
+        )
+        self._check_ids(inputs, known)
+        tokens = self.token_embedding(ops.where(known, inputs, 0))
+        # In a compiled function, an id outside the vocabulary gives NaN.
+        tokens = ops.where(ops.expand_dims(known, -1), tokens, float("nan"))
         if inputs.shape[1] == 0:
             # A text with no token. (Keras's TensorFlow `add` would take the
             # (1, 0, dim) positions for a bias of size dim, and fail.)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 import pytest
 
@@ -69,3 +70,38 @@ def test_a_text_with_no_token():
     empty = np.zeros((1, 0), "int32")
     assert tuple(layer(empty).shape) == (1, 0, 4)
     assert tuple(layer.compute_mask(empty).shape) == (1, 0)
+
+
+@pytest.mark.parametrize(
+    "ids, received",
+    [
+        pytest.param([[3, 10, 0]], "1 ids outside it, from 10 to 10", id="too_large"),
+        pytest.param([[3, -1, 0]], "1 ids outside it, from -1 to -1", id="negative"),
+        pytest.param([[-4, 2], [12, 0]], "2 ids outside it, from -4 to 12", id="both"),
+    ],
+)
+def test_ids_outside_the_vocabulary_raise_eagerly(ids, received):
+    # Keras's Embedding alone would take -1 as the last row on every backend,
+    # and 10 as NaN on JAX.
+    layer = TokenAndPositionEmbedding(10, 5, 4)
+    with pytest.raises(ValueError, match=r"ids in \[0, vocabulary_size=10\)") as err:
+        layer(np.array(ids, "int32"))
+    assert received in str(err.value)
+
+
+def test_ids_outside_the_vocabulary_give_nan_when_compiled():
+    layer = TokenAndPositionEmbedding(10, 5, 4)
+    inputs = keras.Input((None,), dtype="int32")
+    model = keras.Model(inputs, layer(inputs))
+    ids = np.array([[3, 10, -1, 0], [1, 2, 9, 0]], "int32")
+    if keras.backend.backend() == "torch":  # PyTorch predicts eagerly: an error
+        with pytest.raises(ValueError, match="2 ids outside it, from -1 to 10"):
+            model.predict(ids, verbose=0)
+        return
+    # TensorFlow and JAX compile `predict`: no error can be raised there.
+    out = model.predict(ids, verbose=0, batch_size=2)
+    assert np.isnan(out[0, 1:3]).all()
+    assert np.isfinite(out[0, [0, 3]]).all() and np.isfinite(out[1]).all()
+    tokens = to_numpy(layer.token_embedding.embeddings)
+    positions = to_numpy(layer.position_embeddings)
+    np.testing.assert_allclose(out[1, :3], tokens[[1, 2, 9]] + positions[:3], atol=1e-6)
