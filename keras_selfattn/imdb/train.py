@@ -297,24 +297,35 @@ def describe_device() -> tuple[str, bool]:
     )
 
 
+# The fewest validation reviews of each class that the temperature or the
+# blend is fitted on (their crops not counted: a crop repeats its review).
+_MIN_REVIEWS_PER_CLASS = 10
+
+
 def _validation_texts(texts, labels, config: TrainConfig):
     """The validation reviews, and crops of them when training crops (so
-    that what is fitted on them holds for short texts too)."""
+    that what is fitted on them holds for short texts too); and the fewest
+    texts of each class a fit on them needs (`min_per_class`)."""
     texts, labels = list(texts), list(labels)
+    min_per_class = _MIN_REVIEWS_PER_CLASS
     if config.crop_rate:
         rng = np.random.default_rng(config.seed)
         texts += [data.crop(text, rng) for text in texts]
         labels += labels
-    return texts, labels
+        min_per_class *= 2
+    return texts, labels, min_per_class
 
 
 def _calibrate(model, texts, labels, config: TrainConfig) -> float:
     """Fits the temperature on the validation texts; logs it."""
-    texts, labels = _validation_texts(texts, labels, config)
-    temperature = calibration.calibrate(model, texts, labels)
+    texts, labels, min_per_class = _validation_texts(texts, labels, config)
+    temperature = calibration.calibrate(
+        model, texts, labels, min_per_class=min_per_class
+    )
     if temperature == 1.0:  # calibrate's word for "left as it is"
-        _log(f"calibration: none: {len(texts)} validation texts are too few of "
-             "a class, or all on their side, to fit a temperature on")  # fmt: skip
+        _log(f"calibration: none: {len(texts)} validation texts, fewer than "
+             f"{_MIN_REVIEWS_PER_CLASS} reviews of a class or all on their side, "
+             "to fit a temperature on")  # fmt: skip
     else:
         _log(f"calibration: temperature {temperature:.3f}, fitted on "
              f"{len(texts)} validation texts")  # fmt: skip
@@ -328,11 +339,15 @@ def _fit_and_blend(model, texts, labels, n_train: int, config: TrainConfig):
     unmet = " (stopped at the limit)" if fit.iterations >= fit.max_iter else ""
     _log(f"n-grams: NB-LR on {fit.texts} texts, {fit.features} n-grams, "
          f"{fit.iterations} L-BFGS iterations{unmet}, {fit.seconds:.0f} s")  # fmt: skip
-    held_out = _validation_texts(texts[n_train:], labels[n_train:], config)
-    mix = ngrams.blend(model, *held_out, intercept=fit.intercept)
+    *held_out, min_per_class = _validation_texts(
+        texts[n_train:], labels[n_train:], config
+    )
+    mix = ngrams.blend(
+        model, *held_out, intercept=fit.intercept, min_per_class=min_per_class
+    )
     how = (f"fitted on {len(held_out[0])} validation texts" if mix.fitted else
-           f"the plain sum: {len(held_out[0])} validation texts are too few of a "
-           "class to fit it on")  # fmt: skip
+           f"the plain sum: {len(held_out[0])} validation texts, fewer than "
+           f"{_MIN_REVIEWS_PER_CLASS} reviews of a class, to fit it on")  # fmt: skip
     _log(f"blend: {mix.attention:.3f} x attention + {mix.ngrams:.3f} x n-grams "
          f"{mix.bias:+.3f}, {how}")  # fmt: skip
     return fit, mix

@@ -6,6 +6,7 @@ import dataclasses
 import importlib.util
 import inspect
 import json
+import re
 
 import keras
 import numpy as np
@@ -173,11 +174,47 @@ def test_train_leaves_the_global_dtype_policy_as_it_found_it(tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("device: ") and lines[1].startswith("mixed precision")
     # 3 validation reviews and their crops: too few to fit a temperature on.
-    assert "calibration: none: 6 validation texts are too few of a class" in (
-        "\n".join(lines)
-    )
+    assert (
+        "calibration: none: 6 validation texts, fewer than 10 reviews of a class "
+        "or all on their side, to fit a temperature on"
+    ) in lines
     assert imdb_model.NGRAM not in {layer.name for layer in result.model.layers}
     assert result.branch_accuracy == {}  # one branch
+    assert lines[-1] == f"test accuracy: {result.accuracy:.4f}"
+
+
+def test_train_fits_a_temperature_on_the_validation_reviews(tmp_path, capsys):
+    # Without the n-gram branch, a temperature is fitted on the validation
+    # reviews and their crops. Every fifth review has the other class's
+    # words, so that the logits cannot put every validation text on its side.
+    words = {"pos": ["great", "superb", "loved"], "neg": ["awful", "boring", "hated"]}
+    for split, n in (("train", 256), ("test", 16)):
+        reviews = {
+            label: [
+                f"Seen on day {i}: {words[label if i % 5 else other][i % 3]}."
+                for i in range(n)
+            ]
+            for label, other in (("pos", "neg"), ("neg", "pos"))
+        }
+        write_reviews(tmp_path / "acl", split, reviews)
+    config = TrainConfig(
+        data=str(tmp_path / "acl"),
+        out=tmp_path / "m.keras",
+        ngram_logit=False,
+        **TINY,
+    )
+    result = train(config)
+    lines = capsys.readouterr().out.strip().splitlines()
+    fitted = [line for line in lines if line.startswith("calibration: ")]
+    assert len(fitted) == 1, lines
+    match = re.fullmatch(
+        r"calibration: temperature (\d+\.\d{3}), fitted on 52 validation texts",
+        fitted[0],
+    )
+    assert match, fitted  # 26 validation reviews and their crops
+    assert float(match.group(1)) != 1.0
+    assert any(re.fullmatch(r"test ECE \(15 bins\): [\d.]+ before, [\d.]+ after", line)
+               for line in lines), lines  # fmt: skip
     assert lines[-1] == f"test accuracy: {result.accuracy:.4f}"
 
 
