@@ -92,6 +92,8 @@ def _tf_config() -> dict:
         workers = config["cluster"]["worker"]
         task_type = config["task"]["type"]
         index = config["task"]["index"]
+        if not isinstance(task_type, str):
+            raise TypeError(f"task.type is {task_type!r}, not a string")
         if isinstance(index, bool):  # int(True) is 1
             raise TypeError(f"task.index is {index!r}, not an integer")
         index = int(index)
@@ -132,8 +134,9 @@ def make_strategy(kind: str, devices: Sequence[str] | None = None):
         server and waits until every worker of the cluster has started.
 
     Raises:
-        DistributeError: An unknown kind, `devices` without `"mirrored"`, or
-            no valid `TF_CONFIG` for `"multiworker"`.
+        DistributeError: An unknown kind, `devices` without `"mirrored"` or
+            naming a device this process does not have (or one twice), or no
+            valid `TF_CONFIG` for `"multiworker"`.
     """
     import tensorflow as tf
 
@@ -143,7 +146,7 @@ def make_strategy(kind: str, devices: Sequence[str] | None = None):
         return None
     if kind == "mirrored":
         return tf.distribute.MirroredStrategy(
-            devices=list(devices) if devices else None
+            devices=_local_devices(devices) if devices else None
         )
     if kind == "multiworker":
         if devices:
@@ -159,6 +162,49 @@ def make_strategy(kind: str, devices: Sequence[str] | None = None):
     raise DistributeError(
         f"unknown --distribute {kind!r}: expected one of {', '.join(KINDS)}"
     )
+
+
+def _local_devices(devices: Sequence[str]) -> list[str]:
+    """`devices`, checked: names of this process's devices, each named once.
+
+    `MirroredStrategy` would wait forever for two devices that do not exist,
+    and train on the CPU in place of one.
+    """
+    import tensorflow as tf
+
+    have = {}
+    for device in tf.config.list_logical_devices():
+        spec = tf.DeviceSpec.from_string(device.name)
+        have[(spec.device_type, spec.device_index)] = device.name
+    seen = set()
+    for name in devices:
+        try:
+            spec = tf.DeviceSpec.from_string(name)
+        except (ValueError, TypeError, AttributeError):
+            spec = None
+        if (
+            spec is None
+            or spec.device_type is None
+            or spec.job
+            not in (
+                None,
+                "localhost",
+            )
+        ):
+            raise DistributeError(
+                f"--devices: {name!r} is not the name of a device of this "
+                "process, such as /gpu:0 or /cpu:0"
+            )
+        key = (spec.device_type.upper(), spec.device_index or 0)
+        if key not in have:
+            raise DistributeError(
+                f"--devices: {name} is not a device of this machine (it has "
+                f"{', '.join(sorted(have.values()))})"
+            )
+        if key in seen:
+            raise DistributeError(f"--devices names {have[key]} twice")
+        seen.add(key)
+    return list(devices)
 
 
 # The lines of a TensorFlow error that say where it happened, not what.
@@ -300,6 +346,23 @@ def save(model: keras.Model, path: str | os.PathLike, strategy) -> None:
     discard(written, strategy)
 
 
+def _built_optimizer(model: keras.Model, strategy):
+    """`model`'s optimizer, built (in `strategy`'s scope) if it is not yet,
+    so that its variables exist before they are restored or updated."""
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None:
+        raise ValueError(
+            "Received an invalid value for argument `model`, expected a "
+            f"compiled model (with an optimizer). Received: model={model.name!r}, "
+            "not compiled"
+        )
+    if not optimizer.built:
+        scope = contextlib.nullcontext() if strategy is None else strategy.scope()
+        with scope:
+            optimizer.build(model.trainable_variables)
+    return optimizer
+
+
 class EpochCheckpoint(keras.callbacks.Callback):
     """Checkpoints of a model's variables, its optimizer's and the epoch.
 
@@ -320,8 +383,9 @@ class EpochCheckpoint(keras.callbacks.Callback):
 
     Args:
         folder: The chief's checkpoint folder.
-        model: A compiled model; its optimizer is built here if it is not
-            yet, so that its variables exist to be restored.
+        model: A compiled model (else a `ValueError`); its optimizer is built
+            here if it is not yet, so that its variables exist to be
+            restored.
         strategy: The `tf.distribute.Strategy` training runs under, or
             `None`. Defaults to `None`.
         options: The training options the checkpoints must match, as a dict
@@ -343,21 +407,14 @@ class EpochCheckpoint(keras.callbacks.Callback):
         self.folder = Path(folder)
         self.strategy = strategy
         self.options = None if options is None else json.loads(json.dumps(options))
-        optimizer = model.optimizer
-        if not optimizer.built:
-            scope = contextlib.nullcontext() if strategy is None else strategy.scope()
-            with scope:
-                optimizer.build(model.trainable_variables)
+        optimizer = _built_optimizer(model, strategy)
         self._epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
         self._checkpoint = tf.train.Checkpoint(
             model=list(model.variables),
             optimizer=list(optimizer.variables),
             epoch=self._epoch,
         )
-        self._writes = write_path(self.folder, strategy)
-        self._manager = tf.train.CheckpointManager(
-            self._checkpoint, str(self._writes), max_to_keep=1
-        )
+        self._manager = None  # made by the first `save`
 
     def restore(self) -> int:
         """Restores the latest checkpoint of the chief's folder, if any.
@@ -416,8 +473,17 @@ class EpochCheckpoint(keras.callbacks.Callback):
             self.folder.mkdir(parents=True, exist_ok=True)
             (self.folder / self.OPTIONS_FILE).write_text(json.dumps(self.options))
         self._epoch.assign(epochs_done)
+        # A worker that is not the chief writes to a private folder (made
+        # here, not before: a worker that never saves leaves none behind).
+        writes = write_path(self.folder, self.strategy)
+        if self._manager is None:
+            import tensorflow as tf
+
+            self._manager = tf.train.CheckpointManager(
+                self._checkpoint, str(writes), max_to_keep=1
+            )
         self._manager.save(checkpoint_number=epochs_done)
-        discard(self._writes, self.strategy)
+        discard(writes, self.strategy)
 
     def on_epoch_end(self, epoch, logs=None):
         self.save(epoch + 1)
@@ -531,11 +597,16 @@ class DistributedLoop:
 
     Args:
         strategy: The strategy; the model was built in its scope.
-        model: The whole, compiled model (its optimizer trains).
+        model: The whole, compiled model (its optimizer trains; it is built
+            here, in the strategy's scope, if it is not yet).
+
+    Raises:
+        ValueError: `model` is not compiled.
     """
 
     def __init__(self, strategy, model: keras.Model):
         self.strategy, self.model = strategy, model
+        _built_optimizer(model, strategy)
         with strategy.scope():
             self.split = split_preprocessing(model)
         self._evaluate_step = self._step(self._evaluate_replica)
@@ -584,7 +655,10 @@ class DistributedLoop:
                 loss_sum, correct, count = self._sums(labels, probabilities)
                 loss = loss_sum / global_batch
                 if network.losses:  # regularisation: once over all replicas
-                    loss += tf.add_n(network.losses) / replicas
+                    penalty = tf.cast(tf.add_n(network.losses), tf.float32)
+                    loss += penalty / replicas
+                    # Logged as `fit` logs it: the mean loss plus the penalty.
+                    loss_sum += penalty * count
                 scaled = optimizer.scale_loss(loss)
             gradients = tape.gradient(scaled, network.trainable_variables)
             optimizer.apply_gradients(
@@ -641,6 +715,13 @@ class DistributedLoop:
         """
         global_batch = train_batches.batch_size
         steps = len(train_batches.reviews) // global_batch  # full batches only
+        if not steps:
+            raise ValueError(
+                "Received an invalid value for argument `train_batches`, "
+                f"expected at least one full global batch of {global_batch} "
+                f"reviews. Received: train_batches with "
+                f"{len(train_batches.reviews)} reviews"
+            )
         train_step = self._step(self._train_replica(global_batch))
         history = keras.callbacks.History()
         chief = is_chief(self.strategy)

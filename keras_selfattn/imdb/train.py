@@ -19,7 +19,8 @@ Epoch `e` depends on `(seed, e)` alone: its batches (`ReviewBatches`) and its
 dropout masks. So a run killed at any point and started again with the same
 options ends with exactly the weights of an uninterrupted one; a checkpoint
 made with other options (but for `out`, `verbose`, `tensorboard` and
-`calibrate`) is refused, with the options that differ.
+`calibrate`), or on another number of replicas, is refused, with the options
+that differ.
 
 It runs on the TensorFlow backend (the model reads raw strings) and leaves no
 global state behind: with `mixed_precision=True` the global dtype policy is
@@ -361,13 +362,18 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
 _FREE_ON_RESUME = ("out", "verbose", "tensorboard", "calibrate")
 
 
-def _resume_options(config: TrainConfig) -> dict:
-    """The options a checkpoint must have been trained with to resume from."""
+def _resume_options(config: TrainConfig, plan: distributed.Plan) -> dict:
+    """The options a checkpoint must have been trained with to resume from,
+    and its number of replicas (`--batch-size` is per replica: the global
+    batch, and the steps the learning rate is scheduled over, follow it)."""
     return {
-        field.name: str(value) if isinstance(value, os.PathLike) else value
-        for field in fields(config)
-        if field.name not in _FREE_ON_RESUME
-        for value in [getattr(config, field.name)]
+        **{
+            field.name: str(value) if isinstance(value, os.PathLike) else value
+            for field in fields(config)
+            if field.name not in _FREE_ON_RESUME
+            for value in [getattr(config, field.name)]
+        },
+        "replicas": plan.replicas,
     }
 
 
@@ -462,7 +468,7 @@ def _train(config: TrainConfig, strategy, extra_callbacks: list) -> TrainResult:
         )
     out = Path(config.out)
     checkpoint = distributed.EpochCheckpoint(
-        f"{out}.backup", model, strategy, options=_resume_options(config)
+        f"{out}.backup", model, strategy, options=_resume_options(config, plan)
     )
     done = checkpoint.restore()
     if done:

@@ -110,6 +110,15 @@ def test_other_workers_write_to_a_private_folder_they_discard(tmp_path):
                 (True, "task.index is True, not an integer"),
             )
         ),
+        (
+            json.dumps(
+                {
+                    "cluster": {"worker": ["127.0.0.1:1"]},
+                    "task": {"type": ["worker"], "index": 0},
+                }
+            ),
+            r"task.type is \['worker'\], not a string",
+        ),
     ],
     ids=[
         "missing",
@@ -120,6 +129,7 @@ def test_other_workers_write_to_a_private_folder_they_discard(tmp_path):
         "index_past_the_workers",
         "negative_index",
         "bool_index",
+        "list_type",
     ],
 )
 def test_multiworker_needs_a_valid_tf_config(monkeypatch, tf_config, message):
@@ -138,6 +148,25 @@ def test_unknown_kind_and_misplaced_devices():
         distributed.make_strategy("none", ["/cpu:0"])
     assert distributed.make_strategy("none") is None
     assert distributed.num_replicas(None) == 1
+
+
+@pytest.mark.parametrize(
+    "devices, message",
+    [
+        (["/cpu:0", "/cpu:9"], "--devices: /cpu:9 is not a device of this machine"),
+        (["gpu0"], "--devices: 'gpu0' is not the name of a device of this process"),
+        (["/job:worker/cpu:0"], "'/job:worker/cpu:0' is not the name of a device"),
+        (["/cpu:0", "/device:CPU:0"], "--devices names /device:CPU:0 twice"),
+    ],
+    ids=["absent", "malformed", "another_job", "twice"],
+)
+def test_mirrored_devices_must_be_this_machines(devices, message):
+    # MirroredStrategy waited forever for two absent devices, trained on the
+    # CPU in place of one, and failed inside TensorFlow on the others.
+    with pytest.raises(distributed.DistributeError, match=message):
+        distributed.make_strategy("mirrored", devices)
+    strategy = distributed.make_strategy("mirrored", ["/cpu:0"])
+    assert distributed.num_replicas(strategy) == 1
 
 
 def _model():
@@ -204,6 +233,27 @@ def test_other_workers_checkpoint_privately_and_restore_the_chiefs(tmp_path):
     assert tf.train.latest_checkpoint(str(folder)).endswith("ckpt-1")
     worker.remove()  # only the chief removes the checkpoints
     assert folder.is_dir()
+
+
+def test_a_worker_that_never_saves_leaves_no_folder(tmp_path):
+    folder = tmp_path / "backup"
+    distributed.EpochCheckpoint(folder, _model()).save(1)
+    model = _model()
+    model.optimizer.build(model.trainable_variables)
+    worker = distributed.EpochCheckpoint(
+        folder, model, _FakeStrategy("worker", 1, _TWO_WORKERS)
+    )
+    assert worker.restore() == 1  # a resume with nothing left to train
+    worker.remove()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup"]
+
+
+def test_an_uncompiled_model_is_refused():
+    import keras
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    with pytest.raises(ValueError, match="expected a compiled model"):
+        distributed.EpochCheckpoint("unused", model)
 
 
 @pytest.mark.parametrize(
@@ -274,3 +324,53 @@ def test_split_halves_compute_the_whole_model(ngram_logit):
     np.testing.assert_allclose(
         to_numpy(split.trainable(ids)), to_numpy(model(batch)), atol=1e-6
     )
+
+
+_TEXTS = ["a fine film , fine acting", "a dull film", "dull dull", "great fun"] * 3
+_LABELS = [1, 0, 0, 1] * 3
+
+
+def _tiny(strategy, **options):
+    from keras_selfattn.imdb import model as imdb_model
+
+    with strategy.scope():
+        model = imdb_model.build_model(
+            _TEXTS, vocab_size=30, bigram_vocab_size=30, max_len=8, head_len=None,
+            embed_dim=8, num_heads=1, intermediate_dim=8, dropout=0.0, **options,
+        )  # fmt: skip
+        imdb_model.compile_model(model, 10, learning_rate=1e-12)  # weights stay
+    return model
+
+
+def test_the_loop_logs_the_loss_that_fit_logs():
+    # The loss logged (progress bar, History, TensorBoard) includes the
+    # pooling's entropy penalty, as `fit`'s does; it left it out.
+    import tensorflow as tf
+
+    from keras_selfattn.imdb import model as imdb_model
+
+    batches = imdb_model.ReviewBatches(_TEXTS, _LABELS, 4, seed=1)
+    plain = _tiny(tf.distribute.get_strategy(), pooling_entropy=1.0)
+    fitted = plain.fit(batches.dataset(range(1)), epochs=1, verbose=0, shuffle=False)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    model = _tiny(strategy, pooling_entropy=1.0)
+    assert not model.optimizer.built
+    loop = distributed.DistributedLoop(strategy, model)
+    assert model.optimizer.built  # built in the strategy's scope
+    looped = loop.fit(batches, None, epochs=1, initial_epoch=0, callbacks=[], verbose=0)
+    assert looped.history["loss"][0] == pytest.approx(
+        fitted.history["loss"][0], rel=1e-4
+    )
+    assert looped.history["accuracy"] == pytest.approx(fitted.history["accuracy"])
+
+
+def test_the_loop_needs_one_full_global_batch():
+    import tensorflow as tf
+
+    from keras_selfattn.imdb import model as imdb_model
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    loop = distributed.DistributedLoop(strategy, _tiny(strategy))
+    batches = imdb_model.ReviewBatches(_TEXTS[:3], _LABELS[:3], 4, seed=1)
+    with pytest.raises(ValueError, match="at least one full global batch of 4"):
+        loop.fit(batches, None, epochs=1, initial_epoch=0, callbacks=[], verbose=0)

@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_selfattn.imdb import distributed
 from keras_selfattn.imdb import model as imdb_model
 from keras_selfattn.imdb.distributed import DistributeError
 from keras_selfattn.imdb.model import DEFAULTS
@@ -347,3 +348,25 @@ def test_a_resume_with_other_options_is_refused_naming_them(tmp_path, capsys):
     capsys.readouterr()
     train(same)
     assert "resuming after epoch 1" in capsys.readouterr().out
+
+
+def test_a_resume_on_another_number_of_replicas_is_refused(
+    tmp_path, capsys, monkeypatch
+):
+    # --batch-size is per replica: the global batch and the steps of the
+    # learning-rate schedule follow the replicas, which TF_CONFIG's cluster
+    # or the machine's GPUs set, not an option. A resume on another count
+    # ended as neither run would have.
+    data = write_acl(tmp_path / "acl", n_train=64, n_test=8)
+    out = tmp_path / "resume.keras"
+    config = TrainConfig(data=str(data), out=out, **{**TINY, "epochs": 2})
+    with pytest.raises(KeyboardInterrupt):
+        train(config, callbacks=[_InterruptAfterFirstEpoch()])
+    plan = distributed.plan
+
+    def on_two_replicas(strategy, batch_size, n_train):
+        return plan(strategy, batch_size, n_train)._replace(replicas=2)
+
+    monkeypatch.setattr(distributed, "plan", on_two_replicas)
+    with pytest.raises(DistributeError, match=r"\(replicas=1, not 2\)"):
+        train(config)
