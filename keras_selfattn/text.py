@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import keras
 
-from keras_selfattn._validation import check_positive_int, check_rank
-from keras_selfattn.layers._common import zero_padded
+from keras_selfattn._validation import _is_int, check_positive_int, check_rank
+from keras_selfattn.layers._common import embedded_ids, zero_padded
 
 # HTML line breaks as they appear in the IMDB reviews: "<br />", "<br/>", "<br>".
 BREAK_TAG = r"<br\s*/?>"
@@ -30,10 +30,12 @@ def standardize(texts):
     """Standardizes a string tensor for `TextVectorization`.
 
     Lowercases, turns `<br />` tags into spaces, keeps `! ? . , ; : ( ) " * / -`
-    as tokens of their own (so "great!!" becomes "great ! !"), keeps
-    apostrophes inside words ("don't"), and turns every other character into
-    a space. That includes letters outside a to z: "cliché" reads as
-    "clich", and a text in another script has no word left. The demo's
+    as tokens of their own (so "great!!" becomes "great ! !"), keeps every
+    ASCII apostrophe as part of its word ("don't"; a word quoted with them
+    keeps its quotes: "'hello'"), and turns every other character into a
+    space (a curly apostrophe too: "it’s" reads as "it s"). That includes
+    letters outside a to z: "cliché" reads as "clich", and a text in
+    another script has no word left. The demo's
     vocabulary was built this way, so it is kept for the models it saved.
 
     Args:
@@ -76,19 +78,15 @@ class ClipSequence(keras.layers.Layer):
 
     def __init__(self, max_length: int, head: int | None = None, **kwargs):
         check_positive_int("max_length", max_length)
-        if head is not None and (
-            isinstance(head, bool)
-            or not isinstance(head, int)
-            or not 0 <= head <= max_length
-        ):
+        if head is not None and (not _is_int(head) or not 0 <= head <= max_length):
             raise ValueError(
                 "Received an invalid value for argument `head`, expected an "
                 f"integer in [0, max_length={max_length}] or `None`. "
                 f"Received: head={head!r}"
             )
         super().__init__(**kwargs)
-        self.max_length = max_length
-        self.head = head
+        self.max_length = int(max_length)
+        self.head = None if head is None else int(head)
 
     def call(self, inputs):
         from keras import ops
@@ -152,10 +150,13 @@ class BigramEmbedding(keras.layers.Layer):
     Call arguments:
         inputs: Token vectors `(batch, seq, embedding_dim)`, e.g. from
             `TokenAndPositionEmbedding`.
-        bigram_ids: Integer tensor `(batch, seq - 1)`; it is padded or cut to
-            line up with `inputs`.
-        mask: Optional boolean `(batch, seq)`; Keras passes the mask of
-            `inputs`.
+        bigram_ids: Integer tensor `(batch, seq - 1)` of ids in
+            `[0, vocabulary_size)`; it is padded or cut to line up with
+            `inputs`. An id outside that range raises a `ValueError` in an
+            eager call, and gives NaN at its position in a compiled one.
+        mask: Optional boolean `(batch, seq)`, the padding mask. Defaults
+            to the Keras mask of `inputs`, which Keras passes as
+            `inputs_mask`.
 
     Returns:
         Tensor `(batch, seq, embedding_dim)`.
@@ -187,16 +188,21 @@ class BigramEmbedding(keras.layers.Layer):
         check_rank("inputs", inputs_shape, 3, "(batch, seq, embedding_dim)")
         self.embedding.build(bigram_ids_shape or inputs_shape[:2])
 
-    def call(self, inputs, bigram_ids, mask=None):
+    def call(self, inputs, bigram_ids, mask=None, inputs_mask=None):
         from keras import ops
 
+        # With two tensor arguments Keras passes the mask of `inputs` as
+        # `inputs_mask`, never as `mask`.
+        mask = inputs_mask if mask is None else mask
         check_rank("inputs", inputs.shape, 3, "(batch, seq, embedding_dim)")
+        check_rank("bigram_ids", bigram_ids.shape, 2, "(batch, seq - 1) of ids")
         if inputs.shape[1] == 0:
             return inputs  # A text with no token: no pair to add.
         length = ops.shape(inputs)[1]
-        ids = ops.pad(ops.cast(bigram_ids, "int32"), [[0, 0], [1, 0]])[:, :length]
+        ids = ops.pad(bigram_ids, [[0, 0], [1, 0]])[:, :length]
         ids = ops.pad(ids, [[0, 0], [0, length - ops.shape(ids)[1]]])
-        vectors = zero_padded(self.embedding(ids), mask)
+        vectors = embedded_ids(self.embedding, ids, "bigram_ids")
+        vectors = zero_padded(vectors, mask)
         return ops.add(inputs, ops.cast(vectors, inputs.dtype))
 
     def compute_mask(self, inputs, mask=None):
@@ -205,7 +211,7 @@ class BigramEmbedding(keras.layers.Layer):
     def compute_output_shape(self, inputs_shape, bigram_ids_shape=None):
         return tuple(inputs_shape)
 
-    def compute_output_spec(self, inputs, bigram_ids, mask=None):
+    def compute_output_spec(self, inputs, bigram_ids, mask=None, inputs_mask=None):
         return keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
 
     def get_config(self):
@@ -241,8 +247,10 @@ class NgramLogit(keras.layers.Layer):
         **kwargs: Base layer arguments, such as `name`.
 
     Call arguments:
-        inputs: A list of integer tensors `(batch, seq_i)`, one per
-            vocabulary, padded with 0 (any length, any padding).
+        inputs: A list (or tuple) of integer tensors `(batch, seq_i)`, one
+            per vocabulary, padded with 0 (any length, any padding). Ids
+            below `first_id` or not below their vocabulary's size count for
+            nothing.
 
     Returns:
         Tensor `(batch, 1)`: the sum of the weights of each text's distinct
@@ -275,14 +283,14 @@ class NgramLogit(keras.layers.Layer):
             )
         for size in sizes:
             check_positive_int("vocabulary_sizes", size)
-        if isinstance(first_id, bool) or not isinstance(first_id, int) or first_id < 0:
+        if not _is_int(first_id) or first_id < 0:
             raise ValueError(
                 "Received an invalid value for argument `first_id`, expected a "
                 f"non-negative integer. Received: first_id={first_id!r}"
             )
         super().__init__(**kwargs)
-        self.vocabulary_sizes = sizes
-        self.first_id = first_id
+        self.vocabulary_sizes = [int(size) for size in sizes]
+        self.first_id = int(first_id)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     def build(self, input_shape=None):
@@ -305,6 +313,8 @@ class NgramLogit(keras.layers.Layer):
         total, offset = None, 0
         for ids, size in zip(inputs, self.vocabulary_sizes, strict=True):
             check_rank("inputs", ids.shape, 2, "(batch, seq) of ids")
+            # Ids past int32 (int64 ones) count for nothing, not wrapped.
+            ids = ops.where(ops.less(ids, size), ids, -1)
             ids = ops.sort(ops.cast(ids, "int32"), axis=-1)
             # After sorting, an id is new where it differs from its left one.
             left = ops.pad(ids, [[0, 0], [1, 0]], constant_values=-1)[:, :-1]
@@ -318,7 +328,8 @@ class NgramLogit(keras.layers.Layer):
         return ops.cast(total, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
-        shapes = input_shape if isinstance(input_shape, list) else [input_shape]
+        several = input_shape and isinstance(input_shape[0], (list, tuple))
+        shapes = input_shape if several else [input_shape]
         return (shapes[0][0], 1)
 
     def get_config(self):

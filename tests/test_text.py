@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_selfattn import TokenAndPositionEmbedding
 from keras_selfattn.text import BigramEmbedding, ClipSequence, NgramLogit, standardize
 
 
@@ -15,6 +16,9 @@ def test_standardize_strips_breaks_and_keeps_punctuation():
     assert out.numpy()[0].decode().split() == [
         "great", "film", "!", "!", "it's", '"', "good", '"', ".", ".", ".", "1",
     ]  # fmt: skip
+    # Every ASCII apostrophe stays with its word; a curly one is a space.
+    quoted = standardize(np.array(["'Hello' it\u2019s caf\u00e9"], dtype=object))
+    assert quoted.numpy()[0].decode().split() == ["'hello'", "it", "s", "caf"]
 
 
 def test_clip_sequence():
@@ -40,6 +44,64 @@ def test_bigram_embedding_is_shifted_masked_and_hands_the_mask_on():
     assert layer.compute_mask(tokens, mask) is mask
     clone = BigramEmbedding.from_config(layer.get_config())
     assert clone.get_config() == layer.get_config()
+
+
+_JAX_INT32 = (
+    "JAX without jax_enable_x64 makes int64 ids int32 (wrapped) when it takes "
+    "the array, before any layer sees them"
+)
+
+
+def _jax_makes_int64_int32() -> bool:
+    ids = keras.ops.convert_to_tensor(np.array([2**32 + 3], "int64"))
+    return keras.backend.backend() == "jax" and ids.dtype == "int32"
+
+
+def test_bigram_embedding_reads_the_keras_mask_of_its_inputs():
+    # With two tensor arguments Keras passes the mask of `inputs` only as
+    # `inputs_mask`: the padded positions got the vector of bigram id 0.
+    ids = keras.Input((None,), dtype="int32")
+    bigrams = keras.Input((None,), dtype="int32")
+    tokens = TokenAndPositionEmbedding(20, 8, 4)(ids)  # zeros, masked at id 0
+    layer = BigramEmbedding(10, 4, embeddings_initializer="ones")
+    model = keras.Model([ids, bigrams], layer(tokens, bigrams))
+    rows = [np.array([[3, 4, 5, 0, 0]]), np.array([[2, 3, 0, 0]])]
+    got = model.predict(rows, verbose=0)
+    np.testing.assert_array_equal(got[0, 3:], 0.0)  # padded: nothing added
+    assert np.all(np.abs(got[0, :3]) > 0)
+    eager = keras.ops.convert_to_numpy(
+        layer(TokenAndPositionEmbedding(20, 8, 4)(rows[0]), rows[1])
+    )
+    np.testing.assert_array_equal(eager[0, 3:], 0.0)
+
+
+@pytest.mark.parametrize(
+    "bigram_ids, received",
+    [
+        pytest.param([[10, 2]], "1 ids outside it, from 10 to 10", id="too_large"),
+        pytest.param([[-1, 2]], "1 ids outside it, from -1 to -1", id="negative"),
+        pytest.param([[2**32 + 3, 2]], f"from {2**32 + 3} to", id="past_int32"),
+    ],
+)
+def test_bigram_ids_outside_the_vocabulary_raise(bigram_ids, received):
+    if received.startswith("from 4") and _jax_makes_int64_int32():
+        pytest.skip(_JAX_INT32)
+    # Keras's Embedding took -1 as the last row, int64 ids wrapped, and JAX
+    # gave NaN for 10.
+    layer = BigramEmbedding(10, 2)
+    expected = r"`bigram_ids`, expected ids in \[0, vocabulary_size=10\)"
+    with pytest.raises(ValueError, match=expected) as error:
+        layer(np.ones((1, 3, 2), "float32"), np.array(bigram_ids, "int64"))
+    assert received in str(error.value)
+    with pytest.raises(ValueError, match="`bigram_ids`"):
+        layer(np.ones((1, 3, 2), "float32"), np.zeros((1, 2, 1), "int32"))
+
+
+def test_numpy_integers_are_integers():
+    assert ClipSequence(np.int64(5), head=np.int64(2)).get_config()["head"] == 2
+    layer = NgramLogit([np.int64(5)], first_id=np.int64(1))
+    assert layer.get_config()["first_id"] == 1
+    assert type(layer.get_config()["vocabulary_sizes"][0]) is int
 
 
 def test_clip_sequence_keeps_head_and_tail_of_long_rows():
@@ -82,6 +144,19 @@ def test_ngram_logit_counts_each_distinct_id_once():
     padded = np.pad(unigrams[:, ::-1], [[0, 0], [0, 3]])
     again = keras.ops.convert_to_numpy(layer([padded, bigrams]))
     np.testing.assert_allclose(again, out)
+
+
+def test_ngram_logit_takes_a_tuple_and_ignores_ids_past_its_vocabulary():
+    a, b = keras.Input((5,), dtype="int32"), keras.Input((4,), dtype="int32")
+    assert tuple(NgramLogit([6, 4])((a, b)).shape) == (None, 1)
+    layer = NgramLogit([5], kernel_initializer="ones")
+    ids = np.array([[2, 7, -4]], "int64")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(layer([ids])), [[1.0]])
+    if _jax_makes_int64_int32():
+        pytest.skip(_JAX_INT32)
+    # 2**32 + 3 is no id of the vocabulary (it wrapped to 3 when cast).
+    ids = np.array([[2, 2**32 + 3]], "int64")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(layer([ids])), [[1.0]])
 
 
 def test_ngram_logit_config_and_checks():

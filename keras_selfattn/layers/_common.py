@@ -7,6 +7,7 @@ import inspect
 import keras
 from keras import ops
 
+from keras_selfattn import _backend
 from keras_selfattn._validation import (
     check_bool,
     check_paths,
@@ -59,6 +60,32 @@ def zero_padded(outputs, query_mask):
     for _ in range(len(outputs.shape) - len(keep.shape)):
         keep = ops.expand_dims(keep, -1)
     return ops.where(keep, outputs, ops.zeros((), outputs.dtype))
+
+
+def embedded_ids(embedding: keras.layers.Embedding, ids, argument: str):
+    """`embedding(ids)`, for ids in `[0, embedding.input_dim)` only.
+
+    Keras's `Embedding` takes a negative id as the row counted from the end
+    on every backend, and a large one as NaN (JAX), an error (TensorFlow's
+    CPU, PyTorch) or the last row (XLA); an int64 id wraps when cast to
+    int32 (on JAX without `jax_enable_x64`, JAX wraps it itself when it
+    takes the array, before any layer sees it). Here an id outside the
+    range raises a `ValueError` (naming `argument`) where its value can be
+    read, eagerly; inside a compiled function, where nothing can be raised,
+    its vector is NaN.
+    """
+    size = embedding.input_dim
+    known = ops.logical_and(ops.greater_equal(ids, 0), ops.less(ids, size))
+    if _backend.values_known(ids) and not bool(ops.all(known)):
+        values = ops.convert_to_numpy(ids)
+        bad = values[(values < 0) | (values >= size)]
+        raise ValueError(
+            f"Received an invalid value for argument `{argument}`, expected "
+            f"ids in [0, vocabulary_size={size}). Received: {argument} with "
+            f"{bad.size} ids outside it, from {bad.min()} to {bad.max()}"
+        )
+    vectors = embedding(ops.where(known, ops.cast(ids, "int32"), 0))
+    return ops.where(ops.expand_dims(known, -1), vectors, float("nan"))
 
 
 def zero_padded_scores(scores, query_mask):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_selfattn import _backend
 from keras_selfattn._validation import check_bool, check_positive_int, check_rank
 from keras_selfattn.layers._common import (
+    embedded_ids,
     set_weight_options,
     weight_options_config,
     zero_padded,
@@ -128,28 +128,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 f"tokens. Received: inputs with {length} tokens"
             )
 
-    def _check_ids(self, inputs, known) -> None:
-        if not _backend.values_known(inputs) or ops.all(known):
-            return
-        values = ops.convert_to_numpy(inputs)
-        bad = values[(values < 0) | (values >= self.vocabulary_size)]
-        raise ValueError(
-            "Received an invalid value for argument `inputs`, expected token "
-            f"ids in [0, vocabulary_size={self.vocabulary_size}). Received: "
-            f"inputs with {bad.size} ids outside it, from {bad.min()} to {bad.max()}"
-        )
-
     def call(self, inputs):
         check_rank("inputs", inputs.shape, 2, "(batch, seq) of token ids")
         self._check_length(inputs.shape[1])
-        inputs = ops.cast(inputs, "int32")
-        known = ops.logical_and(
-            ops.greater_equal(inputs, 0), ops.less(inputs, self.vocabulary_size)
-        )
-        self._check_ids(inputs, known)
-        tokens = self.token_embedding(ops.where(known, inputs, 0))
-        # In a compiled function, an id outside the vocabulary gives NaN.
-        tokens = ops.where(ops.expand_dims(known, -1), tokens, float("nan"))
+        tokens = embedded_ids(self.token_embedding, inputs, "inputs")
         if inputs.shape[1] == 0:
             # A text with no token. (Keras's TensorFlow `add` would take the
             # (1, 0, dim) positions for a bias of size dim, and fail.)
