@@ -5,8 +5,9 @@ A model of one `keras_selfattn.SelfAttention(64, num_heads=4)` over
 TensorFlow backend, once per arm and length n, and run by onnxruntime in a
 fresh process that imports onnxruntime and NumPy only. Arms:
 
-- `plain`: the plain path (`chunk_size=None`; below the kernel's automatic
-  chunking threshold of 4,096 keys), which builds the (heads, n, n) weights;
+- `plain`: the plain path, which builds the (heads, n, n) weights (with an
+  unlimited memory budget, so that the kernel's choice by memory,
+  `plan_attention`, keeps it plain at any length on any machine);
 - `chunked`: `chunk_size=256`, the chunked path as the package exports it
   (its loop over key blocks becomes one ONNX `Loop`);
 - `unrolled`: the same chunked path with its loop unrolled at trace time
@@ -71,6 +72,15 @@ def _child_export(arm: str, n: int, path: str) -> dict:
     keras.utils.set_random_seed(0)
     inputs = keras.Input((n, WIDTH))
     chunk_size = None if arm == "plain" else CHUNK
+    if arm == "plain":  # the plain path whatever the machine's free memory
+        keras_selfattn.set_memory_budget(2**62)
+        path_plan = keras_selfattn.plan_attention(
+            batch=1, heads=HEADS, q_len=n, k_len=n, dim=WIDTH // HEADS,
+            value_dim=WIDTH // HEADS, backend=keras.backend.backend(),
+            memory_budget=keras_selfattn.memory_budget(),
+        )  # fmt: skip
+        if path_plan.path != "plain":
+            raise RuntimeError(f"the plain arm would take {path_plan}")
     layer = keras_selfattn.SelfAttention(WIDTH, num_heads=HEADS, chunk_size=chunk_size)
     model = keras.Model(inputs, layer(inputs))
     model(np.zeros((1, n, WIDTH), "float32"))  # export needs a called model

@@ -123,6 +123,8 @@ def export(model: keras.Model, directory: str | Path) -> Path:
             it cannot be made (no such parent, a file in its path, no
             permission).
     """
+    import tensorflow as tf
+
     directory = Path(directory)
     if directory.is_file() or (directory.is_dir() and any(directory.iterdir())):
         raise ExportError(
@@ -138,4 +140,6 @@ def export(model: keras.Model, directory: str | Path) -> Path:
         raise ExportError(
             f"cannot write {directory}: {error.strerror or error}"
         ) from None
+    except tf.errors.OpError as error:  # TensorFlow's own file errors
+        raise ExportError(f"cannot write {directory}: {error.message}") from None
     return directory

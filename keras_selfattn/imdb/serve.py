@@ -91,8 +91,10 @@ class Predictor:
     Args:
         model: The demo model (raw strings in), e.g. from
             `keras_selfattn.imdb.model.load`.
-        max_batch: The most texts sent to the model in one call.
-            Defaults to `MAX_BATCH`.
+        max_batch: The most texts of waiting requests merged into one
+            batch (a request is never split, so one larger request is a
+            batch of its own); each batch goes to the model in calls of
+            `CALL_SIZE` texts. Defaults to `MAX_BATCH`.
     """
 
     def __init__(self, model, max_batch: int = MAX_BATCH):
@@ -269,7 +271,11 @@ class _BodyLimit:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length", b"0")
-        too_large = declared.isdigit() and int(declared) > self.limit
+        # Compared as digits: int() refuses more than 4,300 of them.
+        digits = declared.lstrip(b"0") if declared.isdigit() else b""
+        too_large = len(digits) > len(str(self.limit)) or (
+            bool(digits) and int(digits) > self.limit
+        )
         chunks, size, more = [], 0, not too_large
         while more:
             message = await receive()
@@ -301,7 +307,11 @@ def _one_line(error: ValidationError) -> tuple[int, str]:
     first = errors[0]
     if first["type"] == "json_invalid":
         return 400, f"body is not JSON: {first['msg']}"
-    where = ".".join(str(part) for part in first["loc"]) or "body"
+    # A client's key, shown escaped and cut: one line, whatever it holds.
+    where = ".".join(
+        str(part).encode("unicode_escape").decode("ascii")[:60] for part in first["loc"]
+    )
+    where = where or "body"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return 422, f"{where}: {first['msg']}{more}"
 

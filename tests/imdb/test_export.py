@@ -97,6 +97,24 @@ def test_export_to_a_folder_that_cannot_be_made_is_one_line(
     assert "cannot write" in err and len(err.splitlines()) == 1, err
 
 
+def test_a_tensorflow_write_error_is_an_export_error(tiny_model, tmp_path, monkeypatch):
+    # TensorFlow's file errors (no permission, a full disk) are no OSError.
+    import keras
+    import tensorflow as tf
+
+    from keras_selfattn.imdb import export as imdb_export
+
+    def refuse(*args, **kwargs):
+        raise tf.errors.PermissionDeniedError(None, None, "out/variables; denied")
+
+    model = load(tiny_model)
+    monkeypatch.setattr(keras.Model, "export", refuse)
+    with pytest.raises(
+        imdb_export.ExportError, match=r"^cannot write .*out: out/variables; denied$"
+    ):
+        imdb_export.export(model, tmp_path / "out")
+
+
 def test_export_of_a_missing_model_is_one_line(tmp_path, capsys):
     args = ["export", str(tmp_path / "none.keras"), str(tmp_path / "out")]
     assert cli.main(args) == 2

@@ -148,6 +148,8 @@ TOO_MANY = ["great"] * (serve.MAX_TEXTS + 1)
         ("predict", {"texts": ["great", "  "]}, 422, "texts.1: Value error, empty"),
         ("predict", {"texts": ["great", "$$$"]}, 422, "texts.1: no words the model"),
         ("predict", {"texts": ["a"], "extra": 1}, 422, "extra: Extra inputs are not"),
+        ("predict", b'{"texts": ["a"], "a\\nb": 1}', 422, "a\\nb: Extra inputs are"),
+        ("predict", {"texts": ["a"], "k" * 500: 1}, 422, "k" * 60 + ": Extra inputs"),
         ("explain", {"texts": ["great"]}, 422, "text: Field required"),
         ("explain", {"text": 3}, 422, "text: Input should be a valid string"),
         ("explain", {"text": ""}, 422, "text: Value error, empty text"),
@@ -181,7 +183,9 @@ def _big_body() -> bytes:
     return json.dumps({"texts": ["great " * 3000] * 60}).encode()  # 1.08 MB
 
 
-@pytest.mark.parametrize("how", ["content-length", "chunked", "false-length"])
+@pytest.mark.parametrize(
+    "how", ["content-length", "chunked", "false-length", "5000-digit-length"]
+)
 def test_a_body_over_1_mb_is_413_whatever_content_length_says(client, how):
     body = _big_body()
     assert len(body) > serve.MAX_BODY
@@ -192,6 +196,10 @@ def test_a_body_over_1_mb_is_413_whatever_content_length_says(client, how):
     elif how == "false-length":
         answer = client.post(
             "/v1/predict", content=body, headers={"content-length": "100"}
+        )
+    elif how == "5000-digit-length":  # past what int() reads: a 500 before
+        answer = client.post(
+            "/v1/predict", content=body, headers={"content-length": "9" * 5000}
         )
     else:
         answer = client.post("/v1/predict", content=body)
