@@ -82,6 +82,25 @@ class _Label(keras.layers.Layer):
         return keras.KerasTensor(probability.shape, dtype="string")
 
 
+def _check_demo_model(model) -> None:
+    """Raises `ValueError` unless `model` reads raw strings `(batch,)` and
+    outputs probabilities `(batch, 1)`, as the demo's model does."""
+    inputs = getattr(model, "inputs", None) or []
+    outputs = getattr(model, "outputs", None) or []
+    shapes = [(str(x.dtype), tuple(x.shape)) for x in (*inputs, *outputs)]
+    if (
+        shapes[:1] != [("string", (None,))]
+        or len(inputs) != 1
+        or ([shape for _, shape in shapes[1:]] != [(None, 1)])
+    ):
+        raise ValueError(
+            "Received an invalid value for argument `model`, expected the "
+            "demo's model: raw strings `(batch,)` in, probabilities "
+            f"`(batch, 1)` out. Received: model={getattr(model, 'name', model)!r} "
+            f"with inputs and outputs (dtype, shape) {shapes}"
+        )
+
+
 def serving_model(model: keras.Model) -> keras.Model:
     """Wraps the demo model to return a probability and a label per text.
 
@@ -97,7 +116,12 @@ def serving_model(model: keras.Model) -> keras.Model:
         `"negative"`, or `""` for a text that is not readable) and
         `"readable"` (bool `(batch,)`: the text keeps a word through the
         standardization).
+
+    Raises:
+        ValueError: `model` does not read raw strings `(batch,)` into
+            probabilities `(batch, 1)`.
     """
+    _check_demo_model(model)
     texts = keras.Input(shape=(), dtype="string", name=INPUT)
     probability = keras.ops.squeeze(model(texts), axis=-1)
     readable = _Readable(name="readable")(texts)
@@ -122,6 +146,8 @@ def export(model: keras.Model, directory: str | Path) -> Path:
         ExportError: `directory` is a file or a folder that is not empty, or
             it cannot be made (no such parent, a file in its path, no
             permission).
+        ValueError: `model` is not the demo's (see `serving_model`);
+            nothing is written.
     """
     import tensorflow as tf
 
@@ -131,11 +157,10 @@ def export(model: keras.Model, directory: str | Path) -> Path:
             f"{directory} already exists and is not an empty folder; "
             "remove it or export to a new version folder (models/imdb/2)"
         )
+    serving = serving_model(model)  # before any folder is made
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        serving_model(model).export(
-            str(directory), format="tf_saved_model", verbose=False
-        )
+        serving.export(str(directory), format="tf_saved_model", verbose=False)
     except OSError as error:
         raise ExportError(
             f"cannot write {directory}: {error.strerror or error}"

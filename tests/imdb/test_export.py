@@ -115,6 +115,24 @@ def test_a_tensorflow_write_error_is_an_export_error(tiny_model, tmp_path, monke
         imdb_export.export(model, tmp_path / "out")
 
 
+def test_a_model_that_is_not_the_demos_is_refused_before_writing(tmp_path):
+    import keras
+
+    from keras_selfattn.imdb import export as imdb_export
+
+    inputs = keras.Input((3,))
+    other = keras.Model(inputs, keras.layers.Dense(1)(inputs), name="other")
+    with pytest.raises(
+        ValueError,
+        match=r"expected the demo's model: raw strings `\(batch,\)` in, "
+        r"probabilities `\(batch, 1\)` out. Received: model='other' with inputs "
+        r"and outputs \(dtype, shape\) \[\('float32', \(None, 3\)\), "
+        r"\('float32', \(None, 1\)\)\]",
+    ):
+        imdb_export.export(other, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_export_of_a_missing_model_is_one_line(tmp_path, capsys):
     args = ["export", str(tmp_path / "none.keras"), str(tmp_path / "out")]
     assert cli.main(args) == 2
