@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
@@ -52,6 +51,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # `from benchmarks._memory import ...` from any working folder.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import _environment
 from benchmarks._memory import status_kib, watchdog
 
 IMPLS = {
@@ -275,43 +275,6 @@ def _mem_available() -> float:
     return float("inf")
 
 
-def _machine() -> str:
-    model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    total = 0.0
-    try:
-        with open("/proc/meminfo") as f:
-            total = int(f.readline().split()[1]) * 1024 / GB
-    except OSError:
-        pass
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (
-        f"{model}, {os.cpu_count()} cores, {total:.0f} GB RAM; "
-        f"load average {load:.2f} at start"
-    )
-
-
-def _versions() -> str:
-    import keras
-    import numpy
-    import tensorflow as tf
-
-    import keras_selfattn
-
-    return (
-        f"Python {platform.python_version()}, TensorFlow {tf.__version__}, "
-        f"Keras {keras.__version__}, keras_selfattn {keras_selfattn.__version__}, "
-        f"NumPy {numpy.__version__}, backend {keras.backend.backend()}"
-    )
-
-
 def _fmt(value, spec=".0f", missing="—"):
     return missing if value is None else format(value, spec)
 
@@ -324,11 +287,15 @@ def run_benchmark(args) -> dict:
     impls = args.impls.split(",")
     lengths = [int(n) for n in args.lengths.split(",")]
     limit = args.limit_gb * GB
-    print(f"# Attention benchmark\n\nMachine: {_machine()}\n")
-    print(f"Versions: {_versions()}\n")
+    print(f"# Attention benchmark\n\nMachine: {_environment.machine()}\n")
+    print(f"Versions: {_environment.versions()}\n")
     command = shlex.join(["python", "benchmarks/attention.py", *sys.argv[1:]])
     print(f"Command: `{command}`\n", flush=True)
-    results = {"command": command, "machine": _machine(), "versions": _versions()}
+    results = {
+        "command": command,
+        "machine": _environment.machine(),
+        "versions": _environment.versions(),
+    }
 
     first = _spawn(["--child", "matmul"])
     matmul = first.get("gflops")
@@ -459,7 +426,8 @@ def run_sweep(args) -> dict:
     ours = args.sweep_impl
     limit = args.limit_gb * GB
     command = shlex.join(["python", "benchmarks/attention.py", *sys.argv[1:]])
-    print(f"# Attention sweep\n\nMachine: {_machine()}\n\nVersions: {_versions()}\n")
+    print(f"# Attention sweep\n\nMachine: {_environment.machine()}\n")
+    print(f"Versions: {_environment.versions()}\n")
     print(f"Command: `{command}`\n", flush=True)
     matmul = _spawn(["--child", "matmul"])
     print(f"tf.matmul float32 4096^3 at the start: {matmul}", flush=True)
@@ -717,6 +685,12 @@ def main(argv=None) -> int:
     if args.child:
         child_main(args)
         return 0
+    if args.image:  # SelfAttention takes sequences (its child would fail for all)
+        if args.impls == parser.get_default("impls"):
+            args.impls = "mha,keras"
+        asked = args.impls.split(",") + (args.search_impls or "").split(",")
+        if "selfattention" in asked or args.sweep_impl == "selfattention":
+            parser.error("--image: SelfAttention takes sequences, not images")
     if args.quick:
         args.lengths, args.steps = "128,256", 3
         args.search_max = min(args.search_max, 2048)

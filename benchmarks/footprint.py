@@ -27,6 +27,10 @@ import time
 
 import numpy as np
 
+# `from benchmarks import _environment` from any working folder.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import _environment
+
 _HEADS = 8
 
 
@@ -140,5 +144,20 @@ def speed(sizes=(64, 128, 256, 512), repeats=3):
         print(f"chunk_size={size}: median {np.median(times[size]):.2f} s")
 
 
+MEASURES = {"weights": weights, "blocks": blocks, "speed": speed}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0] not in MEASURES:
+        print(f"usage: python benchmarks/footprint.py {{{','.join(MEASURES)}}}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    print(_environment.header(), flush=True)
+    MEASURES[argv[0]]()
+    return 0
+
+
 if __name__ == "__main__":
-    {"weights": weights, "blocks": blocks, "speed": speed}[sys.argv[1]]()
+    sys.exit(main())

@@ -7,8 +7,13 @@ For each sequence length it runs, each in a fresh process, a training step
 (forward, backward, SGD update via `model.train_on_batch`) of
 `keras_selfattn.MultiHeadAttention(8, 64)`, `keras_selfattn.SelfAttention(512,
 num_heads=8)` and `keras.layers.MultiHeadAttention(8, 64)` at batch 8 and
-model width 512, alternating the implementations, and prints the median step
-time, the peak device memory and the ratios ours / Keras as a markdown table.
+model width 512, and prints the median step time, the peak device memory and
+the ratios ours / Keras as a markdown table. With `--repeats R` (default 3)
+each length runs R rounds of one process per implementation, the order
+rotated each round (alternating), and a row gives the median of the
+processes' median step times and the largest peak; `--repeats 1` is a
+quick single pass in a fixed order. It first prints the command, the
+machine and the versions (with the GPU's name).
 Timing thresholds never go into tests; this script only reports.
 """
 
@@ -17,11 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
+
+# `from benchmarks import _environment` from any working folder.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import _environment
 
 IMPLEMENTATIONS = ("keras_mha", "ours_mha", "ours_self")
 
@@ -90,6 +98,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="rounds of processes per length"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -97,38 +108,45 @@ def main() -> None:
         _child(args)
         return
 
-    import keras
-
-    print(f"command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
-    print(
-        f"backend: {keras.backend.backend()}, keras {keras.__version__}, "
-        f"python {platform.python_version()}, dtype {args.dtype}"
-    )
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    print(_environment.header())
+    print(f"dtype: {args.dtype}")
     rows = []
     for length in (int(n) for n in args.lengths.split(",")):
-        results = {}
-        for name in IMPLEMENTATIONS:
-            command = [
-                sys.executable,
-                __file__,
-                "--child",
-                name,
-                "--length",
-                str(length),
-                "--batch",
-                str(args.batch),
-                "--dtype",
-                args.dtype,
-                "--steps",
-                str(args.steps),
-            ]
-            output = subprocess.run(
-                command, capture_output=True, text=True, timeout=900
-            ).stdout
-            line = [x for x in output.splitlines() if x.startswith("RESULT ")]
-            results[name] = json.loads(line[-1][7:]) if line else {"error": "crashed"}
-        rows.append((length, results))
+        runs = {name: [] for name in IMPLEMENTATIONS}
+        for round_ in range(args.repeats):
+            shift = round_ % len(IMPLEMENTATIONS)  # rotated: alternating
+            for name in IMPLEMENTATIONS[shift:] + IMPLEMENTATIONS[:shift]:
+                runs[name].append(_run_child(name, length, args))
+        rows.append((length, {name: _summary(r) for name, r in runs.items()}))
+    _print_table(rows)
 
+
+def _summary(results: list[dict]) -> dict:
+    """One implementation's row from its processes: the median of their
+    median step times and the largest peak, or the first error."""
+    errors = [r for r in results if "error" in r]
+    if errors:
+        return errors[0]
+    return {
+        "ms": statistics.median(r["ms"] for r in results),
+        "peak": max(r["peak"] for r in results),
+    }
+
+
+def _run_child(name: str, length: int, args) -> dict:
+    """One implementation at one length, in a fresh process."""
+    command = [
+        sys.executable, __file__, "--child", name, "--length", str(length),
+        "--batch", str(args.batch), "--dtype", args.dtype, "--steps", str(args.steps),
+    ]  # fmt: skip
+    output = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    line = [x for x in output.stdout.splitlines() if x.startswith("RESULT ")]
+    return json.loads(line[-1][7:]) if line else {"error": "crashed"}
+
+
+def _print_table(rows) -> None:
     def cell(result):
         if "error" in result:
             return "failed", "failed"
@@ -147,7 +165,8 @@ def main() -> None:
                 and "error" not in results[name]
             ):
                 ratio = f"{results[name]['ms'] / base['ms']:.2f}"
-                memory = f"{results[name]['peak'] / max(base['peak'], 1):.2f}"
+                if base["peak"] and results[name]["peak"]:  # else no statistics
+                    memory = f"{results[name]['peak'] / base['peak']:.2f}"
             print(f"| {length} | {name} | {ms} | {peak} | {ratio} | {memory} |")
         for name, result in results.items():
             if "error" in result:

@@ -3,7 +3,8 @@
 # TensorFlow, from the repository root (Keras and what it needs travel as
 # wheels in .whl/). Logs go to $OUT (default: ./gpu_check_logs).
 #   1. the kernel and layer tests on JAX and on PyTorch, on the GPU;
-#   2. benchmarks/gpu.py on both backends, float32 and bfloat16.
+#   2. benchmarks/gpu.py on both backends, float32 and bfloat16 (one pass
+#      of processes per length, `--repeats 1`: a check, not the measurement).
 set -u
 OUT=${OUT:-gpu_check_logs}
 mkdir -p "$OUT"
@@ -27,7 +28,7 @@ done
 for backend in jax torch; do
   for dtype in float32 bfloat16; do
     KERAS_BACKEND=$backend timeout 120 python3 benchmarks/gpu.py \
-      --lengths 2048,8192 --dtype "$dtype" --steps 5 \
+      --lengths 2048,8192 --dtype "$dtype" --steps 5 --repeats 1 \
       2>&1 | grep -v "^[IWE]0000" | tail -12 > "$OUT/bench_${backend}_$dtype.txt"
     cat "$OUT/bench_${backend}_$dtype.txt"
   done

@@ -53,6 +53,25 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def _print_environment() -> None:
+    """Prints the command, the machine, the device and the versions."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_selfattn import __version__
+    from keras_selfattn.imdb.train import cpu_name, describe_device
+
+    print("command: " + shlex.join([sys.executable, *sys.argv]))
+    print(f"machine: {cpu_name()}, {os.cpu_count()} cores, {platform.platform()}")
+    print(f"device: {describe_device()[0]}")
+    print(
+        f"versions: python {platform.python_version()}, keras {keras.__version__}, "
+        f"tensorflow {tf.__version__}, numpy {np.__version__}, "
+        f"keras_selfattn {__version__}"
+    )
+
+
 def _overrides(pairs: list[str]) -> dict:
     """`NAME=VALUE` pairs as TrainConfig fields (values read as Python)."""
     import ast
@@ -141,7 +160,7 @@ def trust_report(
     rt_texts, rt_labels = data.load_rotten_tomatoes("test")
     rt_train, rt_train_labels = data.load_rotten_tomatoes("train")
     print(f"\n=== trust report: {path} ===")
-    print("command: " + shlex.join([sys.executable, *sys.argv]))
+    _print_environment()
     sets = (
         ("held-out IMDB reviews (5,000)", test_texts, test_labels),
         ("Rotten Tomatoes test split (1,694)", rt_texts, rt_labels),
@@ -354,6 +373,11 @@ def main(argv=None) -> int:
         "Rotten Tomatoes test split and as many last sentences)",
     )
     args = parser.parse_args(argv)
+    taken = {"limit", "seed", "attention", "out", "verbose"} & set(_overrides(args.set))
+    if taken:
+        parser.error(f"--set cannot change {sorted(taken)}: the benchmark sets them")
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
     if args.trust:
         for path in args.trust:
             trust_report(
@@ -361,13 +385,9 @@ def main(argv=None) -> int:
             )
         return 0
 
-    import keras
     import numpy as np
-    import tensorflow as tf
 
-    from keras_selfattn import __version__
     from keras_selfattn.imdb.model import DEFAULTS
-    from keras_selfattn.imdb.train import cpu_name, describe_device
 
     if args.seed is None:
         args.seed = DEFAULTS["seed"]
@@ -395,14 +415,7 @@ def main(argv=None) -> int:
 
     print()
     print("=== IMDB benchmark ===")
-    print("command: " + shlex.join([sys.executable, *sys.argv]))
-    print(f"machine: {cpu_name()}, {os.cpu_count()} cores, {platform.platform()}")
-    print(f"device: {describe_device()[0]}")
-    print(
-        f"versions: python {platform.python_version()}, keras {keras.__version__}, "
-        f"tensorflow {tf.__version__}, numpy {np.__version__}, "
-        f"keras_selfattn {__version__}"
-    )
+    _print_environment()
     limit = f", first {args.limit} training reviews" if args.limit else ""
     print(f"data: bundled IMDB reviews{limit}")
     print(f"defaults: {DEFAULTS}")

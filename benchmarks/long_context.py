@@ -24,6 +24,10 @@ names the attentions to confirm).
         --heads 2 --intermediate 64 --vocabulary 50 --chunk-size 16 \
         --steps 1 --no-longest                          # a check: minutes
 
+A smaller model than the default (as in the check) writes its results to
+`long_context_check.json` in the temporary folder unless `--out` is given,
+never over the committed `benchmarks/results/long_context.json`.
+
 It prints the machine, the versions and the exact command, and writes
 `benchmarks/results/long_context.json` (`--out`).
 """
@@ -38,12 +42,14 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # `from benchmarks._memory import ...` from any working folder.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import _environment
 from benchmarks._memory import status_kib, watchdog
 
 GB = 1e9
@@ -173,20 +179,6 @@ def _model_args(args) -> list[str]:
     ]
 
 
-def _machine() -> str:
-    model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return f"{model}, {os.cpu_count()} cores; load average {load:.2f} at start"
-
-
 def _versions() -> str:
     out = subprocess.run(
         [
@@ -228,7 +220,7 @@ def run(args) -> dict:
     command = shlex.join([sys.executable, *sys.argv])
     results = {
         "command": command,
-        "machine": _machine(),
+        "machine": _environment.machine(),
         "versions": _versions(),
         "model": {
             "layers": args.layers,
@@ -327,11 +319,20 @@ def main(argv=None) -> None:
     )
     parser.add_argument(
         "--out",
-        default=os.path.join(ROOT, "benchmarks", "results", "long_context.json"),
+        help="default: benchmarks/results/long_context.json for the default "
+        "model, else long_context_check.json in the temporary folder",
     )
     parser.add_argument("--child", choices=IMPLS, help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.out is None:  # a smaller model never replaces the committed figures
+        model = ("layers", "hidden", "heads", "intermediate", "vocabulary")
+        default = all(getattr(args, k) == parser.get_default(k) for k in model)
+        args.out = (
+            os.path.join(ROOT, "benchmarks", "results", "long_context.json")
+            if default
+            else os.path.join(tempfile.gettempdir(), "long_context_check.json")
+        )
     if args.child:
         print(json.dumps(child(args)), flush=True)
     else:

@@ -66,7 +66,8 @@ def main(argv=None) -> int:
         mask = get(m.EMBEDDING).compute_mask(ids)
         h = get(m.BIGRAM_EMBEDDING)(token_vectors, bigram_ids, mask=mask)
         encoded = encoder(h, mask=mask)
-        return x, y, ids, bigram_ids, token_vectors, mask, h, encoded
+        streams = [get(m.TEXT_VECTORIZATION)(x), get(m.BIGRAM_VECTORIZATION)(x)]
+        return x, y, ids, bigram_ids, token_vectors, mask, h, encoded, streams
 
     for i in chosen:
         parts_of_batch[i] = prepare(i)
@@ -102,10 +103,15 @@ def main(argv=None) -> int:
         ),
         [encoder.attention_layer],
     )
+    ngram = any(layer.name == m.NGRAM for layer in model.layers)
     head_layers = [get(m.POOLING), get(m.CLASSIFIER)]
+    head_layers += [get(m.NGRAM)] if ngram else []
 
-    def head_loss(encoded, mask, y):
+    def head_loss(encoded, mask, y, streams):
         pooled = get(m.POOLING)(encoded, mask=mask)
+        if ngram:  # the classifier reads the pooled vector and the n-gram score
+            score = get(m.NGRAM)(streams)
+            pooled = get(m.FEATURES)([tf.cast(pooled, "float32"), score])
         p = get(m.CLASSIFIER)(pooled)
         return keras.losses.binary_crossentropy(y[:, None], p)
 
@@ -133,8 +139,11 @@ def main(argv=None) -> int:
         "  of which attention layer (fwd+bwd)": lambda i: attend(
             parts_of_batch[i][6], parts_of_batch[i][5]
         ),
-        "pooling + classifier + loss (fwd+bwd)": lambda i: head(
-            parts_of_batch[i][7], parts_of_batch[i][5], parts_of_batch[i][1]
+        "pooling + n-gram branch + classifier + loss (fwd+bwd)": lambda i: head(
+            parts_of_batch[i][7],
+            parts_of_batch[i][5],
+            parts_of_batch[i][1],
+            parts_of_batch[i][8],
         ),
         "optimizer (AdamW update)": lambda i: update(),
         "whole train_on_batch": lambda i: model.train_on_batch(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from benchmarks import imdb
@@ -44,3 +46,39 @@ def test_help_shows_the_usage_examples_and_what_each_option_does(capsys):
         "held-out reviews for ERASER's faithfulness",
     ):
         assert said in out, said
+
+
+@pytest.mark.parametrize("field", ["seed", "limit", "attention", "out", "verbose"])
+def test_set_of_a_field_the_benchmark_sets_is_a_usage_error(field, capsys):
+    # It was a TypeError from TrainConfig ("got multiple values").
+    with pytest.raises(SystemExit) as exit_:
+        imdb.main(["--only", "ours", "--set", f"{field}=3"])
+    assert exit_.value.code == 2
+    assert f"--set cannot change ['{field}']" in capsys.readouterr().err
+
+
+def test_keep_makes_its_folder(tmp_path, monkeypatch):
+    # TrainConfig wants the folder of `out` to exist: `--keep runs/`, as the
+    # docstring gives it, failed on a fresh clone.
+    from keras_selfattn.imdb import train as train_module
+
+    kept = []
+
+    def train(config):
+        kept.append(config.out)
+        return types.SimpleNamespace(history={}, accuracy=0.5, seconds=1.0)
+
+    monkeypatch.setattr(train_module, "train", train)
+    imdb.main(["--only", "ours", "--limit", "1", "--keep", str(tmp_path / "runs")])
+    assert (tmp_path / "runs").is_dir()
+    assert [path.parent for path in map(type(tmp_path), kept)] == [tmp_path / "runs"]
+
+
+@pytest.mark.tensorflow_only
+def test_the_reports_say_where_and_with_what_they_ran(capsys):
+    # The --trust report printed its command only.
+    imdb._print_environment()
+    out = capsys.readouterr().out
+    for start in ("command: ", "machine: ", "device: ", "versions: python "):
+        assert any(line.startswith(start) for line in out.splitlines()), start
+    assert " cores, " in out and "tensorflow " in out
