@@ -12,8 +12,8 @@ the ratios ours / Keras as a markdown table. With `--repeats R` (default 3)
 each length runs R rounds of one process per implementation, the order
 rotated each round (alternating), and a row gives the median of the
 processes' median step times and the largest peak; `--repeats 1` is a
-quick single pass in a fixed order. It first prints the command, the
-machine and the versions (with the GPU's name).
+quick single pass in a fixed order. With the table it prints the command,
+the machine and the versions (with the GPU's name).
 Timing thresholds never go into tests; this script only reports.
 """
 
@@ -110,8 +110,6 @@ def main() -> None:
 
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
-    print(_environment.header())
-    print(f"dtype: {args.dtype}")
     rows = []
     for length in (int(n) for n in args.lengths.split(",")):
         runs = {name: [] for name in IMPLEMENTATIONS}
@@ -120,6 +118,10 @@ def main() -> None:
             for name in IMPLEMENTATIONS[shift:] + IMPLEMENTATIONS[:shift]:
                 runs[name].append(_run_child(name, length, args))
         rows.append((length, {name: _summary(r) for name, r in runs.items()}))
+    # Printed after the children: asking the backend for its device would
+    # start it in this process (JAX would take most of the GPU's memory).
+    print(_environment.header())
+    print(f"dtype: {args.dtype}")
     _print_table(rows)
 
 

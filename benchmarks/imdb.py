@@ -42,8 +42,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import shlex
 import sys
 import tempfile
 
@@ -54,22 +52,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _print_environment() -> None:
-    """Prints the command, the machine, the device and the versions."""
-    import keras
-    import numpy as np
-    import tensorflow as tf
+    """Prints the command, the machine, the versions and the device."""
+    from benchmarks import _environment
+    from keras_selfattn.imdb.train import describe_device
 
-    from keras_selfattn import __version__
-    from keras_selfattn.imdb.train import cpu_name, describe_device
-
-    print("command: " + shlex.join([sys.executable, *sys.argv]))
-    print(f"machine: {cpu_name()}, {os.cpu_count()} cores, {platform.platform()}")
+    print(_environment.header())
     print(f"device: {describe_device()[0]}")
-    print(
-        f"versions: python {platform.python_version()}, keras {keras.__version__}, "
-        f"tensorflow {tf.__version__}, numpy {np.__version__}, "
-        f"keras_selfattn {__version__}"
-    )
 
 
 def _overrides(pairs: list[str]) -> dict:

@@ -16,7 +16,8 @@ functions:
   (JAX differentiates only traced values).
 - `values_known`: whether a tensor's values can be read now (eagerly), for
   the checks of values that only an eager call can make
-  (`TokenAndPositionEmbedding`'s token ids).
+  (`TokenAndPositionEmbedding`'s token ids); `invalid_id`: what a lookup
+  gets in place of an id outside its table, where they cannot be checked.
 - `free_memory`: the free memory of the device the backend computes on (the
   default memory budget of the choice of path follows it).
 
@@ -187,8 +188,25 @@ def values_known(x) -> bool:
     if backend == "torch":
         import torch
 
-        return x.device.type != "meta" and not torch.compiler.is_compiling()
+        if isinstance(x, torch.Tensor) and x.device.type == "meta":
+            return False
+        return not torch.compiler.is_compiling()
     return False
+
+
+def invalid_id(size: int) -> int:
+    """The id an embedding lookup of `size` rows gets, in a compiled
+    function, in place of one outside `[0, size)`.
+
+    `size` itself on TensorFlow, whose CPU gather kernel then raises
+    (`InvalidArgumentError: indices[...] = size is not in [0, size)`), as
+    it did for a large id before the layers checked them, and now for a
+    negative one too; 0 elsewhere (PyTorch's CUDA kernel would stop the
+    process with a device-side assert). The layers output NaN at such a
+    position either way, which is what remains where the lookup does not
+    raise (XLA clamps the id; TensorFlow's GPU kernel returns zeros).
+    """
+    return size if keras.backend.backend() == "tensorflow" else 0
 
 
 def scan_blocks(step, carry, xs, ys_specs, work=None):

@@ -153,7 +153,8 @@ class BigramEmbedding(keras.layers.Layer):
         bigram_ids: Integer tensor `(batch, seq - 1)` of ids in
             `[0, vocabulary_size)`; it is padded or cut to line up with
             `inputs`. An id outside that range raises a `ValueError` in an
-            eager call, and gives NaN at its position in a compiled one.
+            eager call; in a compiled one, TensorFlow's CPU kernel raises,
+            and elsewhere its position is NaN (as `TokenAndPositionEmbedding`).
         mask: Optional boolean `(batch, seq)`, the padding mask. Defaults
             to the Keras mask of `inputs`, which Keras passes as
             `inputs_mask`.

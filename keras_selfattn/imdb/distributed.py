@@ -182,15 +182,12 @@ def _local_devices(devices: Sequence[str]) -> list[str]:
             spec = tf.DeviceSpec.from_string(name)
         except (ValueError, TypeError, AttributeError):
             spec = None
-        if (
-            spec is None
-            or spec.device_type is None
-            or spec.job
-            not in (
-                None,
-                "localhost",
-            )
-        ):
+        local = spec is not None and (
+            spec.job in (None, "localhost")
+            and spec.replica in (None, 0)
+            and spec.task in (None, 0)
+        )
+        if not local or spec.device_type is None:
             raise DistributeError(
                 f"--devices: {name!r} is not the name of a device of this "
                 "process, such as /gpu:0 or /cpu:0"
@@ -453,6 +450,13 @@ class EpochCheckpoint(keras.callbacks.Callback):
             raise DistributeError(
                 f"the checkpoint in {self.folder} has no readable record of "
                 f"the options it was trained with ({path}); delete "
+                f"{self.folder} to start over"
+            )
+        missing = [name for name in self.options if name not in saved]
+        if missing:
+            raise DistributeError(
+                f"the checkpoint in {self.folder} was written by an older "
+                f"version, which did not record {', '.join(missing)}; delete "
                 f"{self.folder} to start over"
             )
         differ = [

@@ -71,8 +71,9 @@ def embedded_ids(embedding: keras.layers.Embedding, ids, argument: str):
     int32 (on JAX without `jax_enable_x64`, JAX wraps it itself when it
     takes the array, before any layer sees it). Here an id outside the
     range raises a `ValueError` (naming `argument`) where its value can be
-    read, eagerly; inside a compiled function, where nothing can be raised,
-    its vector is NaN.
+    read, eagerly. In a compiled function TensorFlow's CPU kernel raises
+    its `InvalidArgumentError` for it (`_backend.invalid_id`); where
+    nothing raises (JAX, XLA, a GPU) its vector is NaN.
     """
     size = embedding.input_dim
     known = ops.logical_and(ops.greater_equal(ids, 0), ops.less(ids, size))
@@ -84,8 +85,8 @@ def embedded_ids(embedding: keras.layers.Embedding, ids, argument: str):
             f"ids in [0, vocabulary_size={size}). Received: {argument} with "
             f"{bad.size} ids outside it, from {bad.min()} to {bad.max()}"
         )
-    vectors = embedding(ops.where(known, ops.cast(ids, "int32"), 0))
-    return ops.where(ops.expand_dims(known, -1), vectors, float("nan"))
+    ids = ops.where(known, ops.cast(ids, "int32"), _backend.invalid_id(size))
+    return ops.where(ops.expand_dims(known, -1), embedding(ids), float("nan"))
 
 
 def zero_padded_scores(scores, query_mask):

@@ -34,10 +34,11 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     Token ids outside `[0, vocabulary_size)` raise a `ValueError` where the
     call can read them: eagerly, as in a direct call or PyTorch's `fit`.
     Inside a compiled function (TensorFlow's and JAX's `fit` and `predict`,
-    an export), where no error can be raised, their positions output NaN on
-    every backend, rather than what each backend's lookup would make of
-    them: the row counted from the end for a negative id; for a large one,
-    an error, NaN, or the last row (XLA clamps).
+    an export) TensorFlow's CPU kernel raises its `InvalidArgumentError`
+    ("indices[...] = 10 is not in [0, 10)"), a negative id included; where
+    nothing can raise (JAX, XLA, a GPU) their positions output NaN, rather
+    than the row counted from the end for a negative id, or the last row
+    (XLA clamps) or zeros (TensorFlow's GPU kernel) for a large one.
 
     Not a drop-in for keras-hub's `TokenAndPositionEmbedding`: that layer
     defaults to `mask_zero=False`, initializes its positions with

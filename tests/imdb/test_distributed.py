@@ -157,8 +157,10 @@ def test_unknown_kind_and_misplaced_devices():
         (["gpu0"], "--devices: 'gpu0' is not the name of a device of this process"),
         (["/job:worker/cpu:0"], "'/job:worker/cpu:0' is not the name of a device"),
         (["/cpu:0", "/device:CPU:0"], "--devices names /device:CPU:0 twice"),
+        (["/task:3/cpu:0"], "'/task:3/cpu:0' is not the name of a device"),
+        (["/replica:2/cpu:0"], "'/replica:2/cpu:0' is not the name of a device"),
     ],
-    ids=["absent", "malformed", "another_job", "twice"],
+    ids=["absent", "malformed", "another_job", "twice", "another_task", "replica"],
 )
 def test_mirrored_devices_must_be_this_machines(devices, message):
     # MirroredStrategy waited forever for two absent devices, trained on the
@@ -233,6 +235,22 @@ def test_other_workers_checkpoint_privately_and_restore_the_chiefs(tmp_path):
     assert tf.train.latest_checkpoint(str(folder)).endswith("ckpt-1")
     worker.remove()  # only the chief removes the checkpoints
     assert folder.is_dir()
+
+
+def test_a_checkpoint_without_a_record_of_an_option_says_so(tmp_path):
+    # A checkpoint of an older version has no "replicas": asking to run the
+    # same command again would never resume.
+    folder = tmp_path / "backup"
+    distributed.EpochCheckpoint(folder, _model(), options={"seed": 1}).save(1)
+    newer = distributed.EpochCheckpoint(
+        folder, _model(), options={"seed": 1, "replicas": 1}
+    )
+    with pytest.raises(distributed.DistributeError) as error:
+        newer.restore()
+    assert str(error.value) == (
+        f"the checkpoint in {folder} was written by an older version, which did "
+        f"not record replicas; delete {folder} to start over"
+    )
 
 
 def test_a_worker_that_never_saves_leaves_no_folder(tmp_path):
