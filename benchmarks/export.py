@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
@@ -42,6 +41,9 @@ import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# `from benchmarks import _environment` from any working folder.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import _environment
 
 ARMS = ("plain", "chunked", "unrolled")
 WIDTH, HEADS, CHUNK = 64, 4, 256
@@ -134,32 +136,15 @@ def _spawn(*args: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _environment() -> str:
-    import keras
-    import numpy
+def _environment_lines() -> str:
+    """The machine and the versions, with the exporters' own."""
     import onnxruntime
-    import tensorflow as tf
     import tf2onnx
 
-    import keras_selfattn
-
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(
-                line.split(":", 1)[1].strip()
-                for line in f
-                if line.startswith("model name")
-            )
-    except (OSError, StopIteration):
-        pass
-    load = os.getloadavg()[0]
     return (
-        f"{cpu}, {os.cpu_count()} cores, load average {load:.2f} at start; "
-        f"Python {platform.python_version()}, TensorFlow {tf.__version__}, "
-        f"Keras {keras.__version__}, tf2onnx {tf2onnx.__version__}, "
-        f"onnxruntime {onnxruntime.__version__}, keras_selfattn "
-        f"{keras_selfattn.__version__}, NumPy {numpy.__version__}"
+        f"machine: {_environment.machine()}\n"
+        f"versions: {_environment.versions()}, tf2onnx {tf2onnx.__version__}, "
+        f"onnxruntime {onnxruntime.__version__}"
     )
 
 
@@ -180,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
     arms = args.arms.split(",")
     lengths = [int(n) for n in args.lengths.split(",")]
-    print(_environment())
+    print(_environment_lines())
     print("command: python " + shlex.join(["benchmarks/export.py", *sys.argv[1:]]))
     print(
         f"SelfAttention({WIDTH}, num_heads={HEADS}), input (1, n, {WIDTH}); "
