@@ -1,7 +1,8 @@
 """Text pieces for models that read raw text: standardization, clipping, n-grams.
 
 Saved models (the IMDB demo's among them) refer to these by their registered
-names (`keras_selfattn>standardize`, `keras_selfattn>ClipSequence`,
+names (`keras_selfattn>standardize_v2`, `keras_selfattn>standardize`,
+`keras_selfattn>ClipSequence`,
 `keras_selfattn>BigramEmbedding`, `keras_selfattn>NgramLogit`).
 `import keras_selfattn` imports this module, so such a model loads in a
 fresh process without `custom_objects`.
@@ -10,6 +11,8 @@ standardized (`TextVectorization` runs on TensorFlow whatever the backend).
 """
 
 from __future__ import annotations
+
+import unicodedata
 
 import keras
 
@@ -27,16 +30,18 @@ _OTHER = r"""[^a-z0-9'!?.,;:()"*/\- ]"""
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
 def standardize(texts):
-    """Standardizes a string tensor for `TextVectorization`.
+    """Standardizes a string tensor for `TextVectorization` (the first version).
 
-    Lowercases, turns `<br />` tags into spaces, keeps `! ? . , ; : ( ) " * / -`
-    as tokens of their own (so "great!!" becomes "great ! !"), keeps every
-    ASCII apostrophe as part of its word ("don't"; a word quoted with them
-    keeps its quotes: "'hello'"), and turns every other character into a
-    space (a curly apostrophe too: "it’s" reads as "it s"). That includes
-    letters outside a to z: "cliché" reads as "clich", and a text in
-    another script has no word left. The demo's
-    vocabulary was built this way, so it is kept for the models it saved.
+    Demo models saved by keras-selfattn 0.1 (and by 0.2 development builds
+    before `standardize_v2`) read text this way, so it is kept, unchanged,
+    for them; new models use `standardize_v2`. It lowercases, turns
+    `<br />` tags into spaces, keeps `! ? . , ; : ( ) " * / -` as tokens of
+    their own (so "great!!" becomes "great ! !"), keeps every ASCII
+    apostrophe as part of its word ("don't"; a word quoted with them keeps
+    its quotes: "'hello'"), and turns every other character into a space (a
+    curly apostrophe too: "it’s" reads as "it s"). That includes letters
+    outside a to z: "cliché" reads as "clich", and a text in another script
+    has no word left.
 
     Args:
         texts: String tensor of any shape.
@@ -50,6 +55,102 @@ def standardize(texts):
     texts = tf.strings.regex_replace(texts, BREAK_TAG, " ")
     texts = tf.strings.regex_replace(texts, _OTHER, " ")
     return tf.strings.regex_replace(texts, _PUNCTUATION, r" \1 ")
+
+
+def _folds() -> tuple[tuple[str, str], ...]:
+    """`standardize_v2`'s `(regex, replacement)` pairs: combining accents
+    dropped and typographic marks to their ASCII forms, then each letter
+    with a diacritic of Latin-1 and Latin Extended-A (U+00C0 to U+017F) to
+    its lowercase base letter."""
+    marks = (
+        ("[\u0300-\u036f]", ""),  # combining accents: "e\u0301" is "é"
+        # Apostrophes: curly and low ones, the prime, the acute accent and
+        # the backtick used as one ("didn´t"), and Windows-1252's read as
+        # Latin-1.
+        ("[\u2018\u2019\u201a\u201b\u2032\u00b4`\u02bc\u0091\u0092]", "'"),
+        (
+            "[\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb\u2039\u203a\u0093\u0094]",
+            '"',
+        ),
+        ("[\u2010-\u2015\u2212\u0096\u0097]", "-"),  # hyphens and dashes
+        ("[\u2026\u0085]", "..."),  # the ellipsis
+    )
+    # Letters whose decomposition has no ASCII base letter.
+    bases = {"æ": "ae", "œ": "oe", "ß": "ss", "ø": "o", "đ": "d", "ð": "d",
+             "ħ": "h", "ı": "i", "ĳ": "ij", "ŀ": "l", "ł": "l", "ŉ": "n",
+             "ŋ": "n", "þ": "th", "ĸ": "k", "ſ": "s", "ŧ": "t"}  # fmt: skip
+    letters: dict[str, list[str]] = {}
+    for code in range(0xC0, 0x180):
+        char = chr(code)
+        if not char.isalpha():
+            continue  # × and ÷
+        lower = char.lower()
+        base = bases.get(lower) or unicodedata.normalize("NFKD", lower)[0]
+        if base.isascii() and base.isalpha():
+            letters.setdefault(base, []).append(char)
+    return marks + tuple(
+        (f"[{''.join(chars)}]", base) for base, chars in sorted(letters.items())
+    )
+
+
+_FOLDS = _folds()
+# A text that the folds leave unchanged: ASCII without the backtick.
+_UNFOLDED = r"[\x00-\x5f\x61-\x7f]*"
+
+
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+def standardize_v2(texts):
+    """Standardizes a string tensor for `TextVectorization`, reading Unicode.
+
+    `standardize` with typographic marks and accented Latin letters first
+    folded to ASCII, so that a text reads the same whether a phone or a
+    keyboard typed it: curly and low single quotes (a phone's "it’s"), the
+    modifier-letter apostrophe, the prime, and the acute accent and the
+    backtick used as an apostrophe ("didn´t") read as `'`; curly, low and
+    angle quotes and the double prime as `"`; hyphens, dashes and the minus
+    sign as `-`; the ellipsis as `...`; combining accents (U+0300 to U+036F)
+    are dropped from the letter they follow, and each letter with a
+    diacritic of Latin-1 and Latin Extended-A (U+00C0 to U+017F) reads as
+    its base letter ("Cliché" as "cliche", "Æon" as "aeon"). Windows-1252's
+    quotes, dashes and ellipsis read as Latin-1, as in the IMDB reviews
+    (U+0085, U+0091 to U+0094, U+0096, U+0097), fold too; its other
+    characters read that way (U+0084 for „, U+008A for Š, U+008E for Ž,
+    ...) do not. Then, as `standardize` does: lowercase, `<br />` tags to
+    spaces, `! ? . , ; : ( ) " * / -` as tokens of their own, every
+    apostrophe kept with its word, and every other character a space:
+    letters of other scripts too, so a text in Cyrillic or Chinese has no
+    word left (the demo's vocabulary has none of theirs).
+
+    The IMDB demo's models use it from keras-selfattn 0.2 on.
+
+    Args:
+        texts: String tensor of any shape, or a `tf.RaggedTensor` of
+            strings.
+
+    Returns:
+        The standardized string tensor, of the same shape.
+
+    Example:
+
+    >>> import numpy as np
+    >>> out = standardize_v2(np.array(["It’s a CLICHÉ… ok"]))
+    >>> out.numpy()[0].decode().split()
+    ["it's", 'a', 'cliche', '.', '.', '.', 'ok']
+    """
+    import tensorflow as tf
+
+    if isinstance(texts, tf.RaggedTensor):
+        return texts.with_flat_values(standardize_v2(texts.flat_values))
+    texts = tf.convert_to_tensor(texts, dtype=tf.string)
+    flat = tf.reshape(texts, [-1])
+    # Only the texts with a character to fold (about 1 review in 10) go
+    # through the folds: the rest would come out unchanged.
+    where = tf.where(tf.logical_not(tf.strings.regex_full_match(flat, _UNFOLDED)))
+    folded = tf.gather_nd(flat, where)
+    for pattern, replacement in _FOLDS:
+        folded = tf.strings.regex_replace(folded, pattern, replacement)
+    flat = tf.tensor_scatter_nd_update(flat, where, folded)
+    return standardize(tf.reshape(flat, tf.shape(texts)))
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
@@ -348,4 +449,5 @@ __all__ = [
     "ClipSequence",
     "NgramLogit",
     "standardize",
+    "standardize_v2",
 ]

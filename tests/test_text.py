@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from keras_selfattn import TokenAndPositionEmbedding
-from keras_selfattn.text import BigramEmbedding, ClipSequence, NgramLogit, standardize
+from keras_selfattn.text import (
+    BigramEmbedding,
+    ClipSequence,
+    NgramLogit,
+    standardize,
+    standardize_v2,
+)
 
 
 @pytest.mark.tensorflow_only  # tf.strings
@@ -21,6 +27,66 @@ def test_standardize_strips_breaks_and_keeps_punctuation():
     # Every ASCII apostrophe stays with its word; a curly one is a space.
     quoted = standardize(np.array(["'Hello' it\u2019s caf\u00e9"], dtype=object))
     assert quoted.numpy()[0].decode().split() == ["'hello'", "it", "s", "caf"]
+
+
+def _words(function, texts):
+    out = function(np.array(texts, dtype=object)).numpy()
+    return [text.decode().split() for text in out]
+
+
+@pytest.mark.tensorflow_only  # tf.strings
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("It\u2019s \u2018fine\u2019", "it's 'fine'"),  # a phone's apostrophes
+        ("didn\u00b4t, didn`t, didn\u0092t", "didn't , didn't , didn't"),
+        ("a\u02bcb \u201bc\u2032 \u201ad\u0091", "a'b 'c' 'd'"),
+        ("`kiss' me", "'kiss' me"),  # ASCII, but with a backtick
+        ("\u201cGood\u201d \u00abbon\u00bb", '" good " " bon "'),
+        ("\u201ea\u201f \u2039b\u203a \u0093c\u0094 d\u2033", '" a " " b " " c " d "'),
+        ("long\u2014too long\u2013ok\u0096", "long - too long - ok -"),
+        ("\u22123 \u2010a\u0097", "- 3 - a -"),
+        ("Wait\u2026 what\u0085", "wait . . . what . . ."),
+        ("CLICH\u00c9 clich\u00e9d na\u00efve", "cliche cliched naive"),
+        ("cliche\u0301d Cafe\u0301", "cliched cafe"),  # combining accents
+        ("\u00c6on \u0152uvre Stra\u00dfe \u0141\u00f3dz", "aeon oeuvre strasse lodz"),
+        ("\u0424\u0438\u043b\u044c\u043c \u7535\u5f71 3\u00d72", "3 2"),  # others
+        ("GREAT!<br />It's fine", "great ! it's fine"),  # as `standardize`
+    ],
+    ids=[
+        "curly_apostrophes", "apostrophe_lookalikes", "more_apostrophes",
+        "backtick_only", "quotes", "more_quotes", "dashes", "more_dashes",
+        "ellipsis", "accents", "combining_accents", "ligatures_and_strokes",
+        "other_scripts", "plain_ascii",
+    ],
+)  # fmt: skip
+def test_standardize_v2_folds_typography_and_accents(text, expected):
+    assert _words(standardize_v2, [text]) == [expected.split()]
+
+
+@pytest.mark.tensorflow_only  # tf.strings
+def test_standardize_v2_folds_every_latin_letter_and_keeps_shapes():
+    letters = [chr(c) for c in range(0xC0, 0x180) if chr(c).isalpha()]
+    for letter, words in zip(letters, _words(standardize_v2, letters), strict=True):
+        assert len(words) == 1 and words[0].isascii() and words[0].isalpha(), letter
+    # Any shape; a batch that mixes texts to fold and texts to leave.
+    grid = np.array([["Caf\u00e9", "plain"], ["", "\u00c7a va"]], dtype=object)
+    out = standardize_v2(grid).numpy()
+    assert out.shape == (2, 2)
+    words = [[t.decode() for t in row] for row in out]
+    assert words == [["cafe", "plain"], ["", "ca va"]]
+    assert standardize_v2(np.array("Na\u00efve", dtype=object)).numpy() == b"naive"
+    assert standardize_v2(np.array([], dtype=object)).numpy().shape == (0,)
+    import tensorflow as tf
+
+    ragged = standardize_v2(tf.ragged.constant([["a\u2019b"], ["x", "Y\u00e9"]]))
+    assert ragged.to_list() == [[b"a'b"], [b"x", b"ye"]]
+
+
+@pytest.mark.tensorflow_only  # tf.strings
+def test_standardize_v2_is_standardize_on_text_it_does_not_fold():
+    texts = ['Great film!!<br />It\'s "GOOD"... #1', "a\tb\nc", "@@@", ""]
+    assert _words(standardize_v2, texts) == _words(standardize, texts)
 
 
 def test_clip_sequence():
