@@ -30,6 +30,14 @@ def needs_keras(version: str, why: str) -> pytest.MarkDecorator:
     )
 
 
+# The demo model that keras-selfattn 0.1 saved (commit fa5a0f5, Keras 3.15),
+# with the probabilities it gave then (`imdb_demo_v0.1.json`).
+DEMO_V0_1 = Path(__file__).parent / "data" / "imdb_demo_v0.1.keras"
+needs_demo_v0_1 = needs_keras(
+    "3.15", "the model was saved by Keras 3.15: GlorotUniform's input_axes"
+)
+
+
 def for_this_keras(arguments: Mapping[str, object]) -> dict[str, object]:
     """`MultiHeadAttention` arguments without those the installed Keras lacks.
 

@@ -281,8 +281,13 @@ def _texts(given: Sequence[str], lines: bool) -> list[tuple[str, str]]:
     return [(f"TEXT {i}", text) for i, text in enumerate(given, 1)]
 
 
-def _require_texts(texts: Sequence[tuple[str, str]]) -> None:
-    """Each review is non-blank, UTF-8 and has a word the model reads."""
+def _require_texts(texts: Sequence[tuple[str, str]], model=None) -> None:
+    """Each review is non-blank, UTF-8 and has a word the model reads.
+
+    Checked before the model is loaded against every standardization a demo
+    model may use (`model=None`), then again with the loaded model's own: a
+    model saved by 0.1 drops accented letters too.
+    """
     from keras_selfattn.imdb.model import readable
 
     if not texts:
@@ -294,12 +299,13 @@ def _require_texts(texts: Sequence[tuple[str, str]]) -> None:
             text.encode("utf-8")
         except UnicodeEncodeError:  # undecodable bytes of an argument
             raise CliError(f"{where} is not UTF-8 text") from None
-    for (where, text), ok in zip(texts, readable([t for _, t in texts]), strict=True):
+    found = readable([t for _, t in texts], model)
+    for (where, text), ok in zip(texts, found, strict=True):
         if not ok:
             snippet = textwrap.shorten(text, 40, placeholder="...")
             raise CliError(
-                f"no words the model reads ({where}: {snippet!r}): only symbols "
-                "it drops"
+                f"no words the model reads ({where}: {snippet!r}): only "
+                "characters it drops"
             )
 
 
@@ -358,6 +364,7 @@ def _predict(args: argparse.Namespace) -> None:
     _require_texts(found)
     texts = [text for _, text in found]
     model = _load(args.model)
+    _require_texts(found, model)
     probabilities = model.predict(np.array(texts, dtype=object), verbose=0)[:, 0]
     for text, p in zip(texts, probabilities, strict=True):
         snippet = textwrap.shorten(text, 60, placeholder="...")
@@ -371,7 +378,9 @@ def _explain(args: argparse.Namespace) -> None:
     found = _texts([args.text], lines=False)
     _require_texts(found)
     _png_out("--out", args.out)
-    result = explain.explain(_load(args.model), found[0][1])
+    model = _load(args.model)
+    _require_texts(found, model)
+    result = explain.explain(model, found[0][1])
     _write_png(
         args.out,
         lambda: explain.plot(result, args.out, heads=args.heads, view=args.view),

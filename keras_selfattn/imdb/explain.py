@@ -242,8 +242,6 @@ def explain(model, text: str) -> Explanation:
     """
     import tensorflow as tf
 
-    from keras_selfattn.text import standardize
-
     vectorizer = model.get_layer(imdb_model.TEXT_VECTORIZATION)
     clip = model.get_layer(imdb_model.CLIP)
     classifier = model.get_layer(imdb_model.CLASSIFIER)
@@ -267,6 +265,7 @@ def explain(model, text: str) -> Explanation:
 
     # The words TextVectorization saw, at the positions the clip kept, so
     # out-of-vocabulary words show as themselves instead of [UNK].
+    standardize = imdb_model.standardization(model)
     words = standardize(texts).numpy()[0].decode("utf-8").split()
     positions = np.arange(1, len(words) + 1, dtype="int32")[None]
     kept = np.asarray(clip(positions))[0] - 1

@@ -37,6 +37,7 @@ from keras_selfattn.imdb.model import (
     THRESHOLD,
     has_words,
     label_of,
+    standardization,
 )
 
 __all__ = [
@@ -58,10 +59,20 @@ class ExportError(Exception):
 
 class _Readable(keras.layers.Layer):
     """`model.has_words`: whether each raw string keeps a word through the
-    model's standardization."""
+    model's standardization (`standardize`)."""
+
+    def __init__(self, standardize, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(standardize, dict):  # from `get_config`
+            standardize = keras.saving.deserialize_keras_object(standardize)
+        self._text_standardize = standardize
 
     def call(self, texts):
-        return has_words(texts)
+        return has_words(texts, self._text_standardize)
+
+    def get_config(self):
+        standardize = keras.saving.serialize_keras_object(self._text_standardize)
+        return {**super().get_config(), "standardize": standardize}
 
     def compute_output_spec(self, texts):
         return keras.KerasTensor(texts.shape, dtype="bool")
@@ -124,7 +135,7 @@ def serving_model(model: keras.Model) -> keras.Model:
     _check_demo_model(model)
     texts = keras.Input(shape=(), dtype="string", name=INPUT)
     probability = keras.ops.squeeze(model(texts), axis=-1)
-    readable = _Readable(name="readable")(texts)
+    readable = _Readable(standardization(model), name="readable")(texts)
     label = _Label(name="label")(probability, readable)
     outputs = {"probability": probability, "label": label, "readable": readable}
     return keras.Model(texts, outputs, name="imdb_serving")

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import weakref
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import keras
@@ -49,6 +49,7 @@ from keras_selfattn.text import (
     ClipSequence,
     NgramLogit,
     standardize,
+    standardize_v2,
 )
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "logits",
     "predict",
     "readable",
+    "standardization",
 ]
 
 # The names of the model's layers, in the order data flows through them.
@@ -195,7 +197,7 @@ def build_model(
     keras.utils.set_random_seed(seed)
     vectorizer = keras.layers.TextVectorization(
         max_tokens=vocab_size,
-        standardize=standardize,
+        standardize=standardize_v2,
         output_mode="int",
         name=TEXT_VECTORIZATION,
     )
@@ -214,7 +216,7 @@ def build_model(
     if bigram_vocab_size:
         bigrams = keras.layers.TextVectorization(
             max_tokens=bigram_vocab_size,
-            standardize=standardize,
+            standardize=standardize_v2,
             ngrams=(2,),
             output_mode="int",
             name=BIGRAM_VECTORIZATION,
@@ -571,23 +573,56 @@ class ModelFileError(Exception):
     """A model file that is missing or not a model; one line for users."""
 
 
-def readable(texts: Sequence[str]) -> list[bool]:
+def standardization(model: keras.Model | None = None) -> Callable:
+    """The function with which a demo model standardizes its texts.
+
+    Args:
+        model: A demo model (`build_model`'s or a loaded one). Defaults to
+            `None`, meaning a model built today: `text.standardize_v2`.
+            A model saved by keras-selfattn 0.1 reads text with
+            `text.standardize`.
+
+    Returns:
+        The function, from a string tensor to a string tensor.
+    """
+    if model is None:
+        return standardize_v2
+    return model.get_layer(TEXT_VECTORIZATION).get_config()["standardize"]
+
+
+def readable(texts: Sequence[str], model: keras.Model | None = None) -> list[bool]:
     """Whether each text keeps a word through the model's standardization.
 
-    A text of nothing but symbols that the standardization drops (`"@@@"`)
-    leaves the model nothing to read: its probability would be the same
-    constant for every such text, not a verdict. The commands and the server
-    refuse such texts.
+    A text of nothing but characters that the standardization drops
+    (`"@@@"`) leaves the model nothing to read: its probability would be the
+    same constant for every such text, not a verdict. The commands and the
+    server refuse such texts.
+
+    Args:
+        texts: Raw texts.
+        model: The demo model whose standardization decides. Defaults to
+            `None`, meaning any demo model: whether a word survives either
+            standardization that one may use (`text.standardize` or
+            `text.standardize_v2`), as the commands check before they load
+            the model.
+
+    Returns:
+        One bool per text.
     """
     import tensorflow as tf
 
-    return [bool(r) for r in has_words(tf.constant(list(texts))).numpy()]
+    texts = tf.constant(list(texts), dtype=tf.string)
+    if model is None:
+        words = has_words(texts, standardize) | has_words(texts, standardize_v2)
+    else:
+        words = has_words(texts, standardization(model))
+    return [bool(r) for r in words.numpy()]
 
 
-def has_words(texts):
+def has_words(texts, standardize: Callable = standardize_v2):
     """`readable` on a string tensor of any shape: a bool tensor, True where
-    the text keeps a word through the standardization (a TensorFlow op, so
-    the exported SavedModel computes it too)."""
+    the text keeps a word through `standardize` (a TensorFlow op, so the
+    exported SavedModel computes it too)."""
     import tensorflow as tf  # the standardization is a TensorFlow string op
 
     return tf.strings.length(tf.strings.strip(standardize(texts))) > 0

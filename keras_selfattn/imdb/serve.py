@@ -75,7 +75,7 @@ MAX_BODY = 1_000_000  # bytes per request body
 MAX_BATCH = 256  # texts per batch, when waiting requests are batched
 CALL_SIZE = 32  # texts per model call: a batch is cut by length into such calls
 PAGE = ("static", "index.html")
-NO_TOKENS = "no words the model reads (only symbols it drops)"
+NO_TOKENS = "no words the model reads (only characters it drops)"
 
 
 class ServeError(Exception):
@@ -124,7 +124,7 @@ class Predictor:
         """
         import tensorflow as tf
 
-        readable = np.flatnonzero(imdb_model.readable(texts))
+        readable = np.flatnonzero(imdb_model.readable(texts, self.model))
         probabilities = np.full(len(texts), np.nan, dtype="float32")
         labels = [""] * len(texts)
         # Texts of similar length go together: each call pads to its longest.
@@ -181,7 +181,8 @@ class Predictor:
         """
 
         def run():
-            return explain(self.model, text) if imdb_model.readable([text])[0] else None
+            readable = imdb_model.readable([text], self.model)[0]
+            return explain(self.model, text) if readable else None
 
         return await asyncio.get_running_loop().run_in_executor(self._thread, run)
 

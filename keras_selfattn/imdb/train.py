@@ -19,7 +19,8 @@ Epoch `e` depends on `(seed, e)` alone: its batches (`ReviewBatches`) and its
 dropout masks. So a run killed at any point and started again with the same
 options ends with exactly the weights of an uninterrupted one; a checkpoint
 made with other options (but for `out`, `verbose`, `tensorboard` and
-`calibrate`), or on another number of replicas, is refused, with the options
+`calibrate`), on another number of replicas, or by a version whose
+vocabulary came from another standardization, is refused, with the options
 that differ.
 
 It runs on the TensorFlow backend (the model reads raw strings) and leaves no
@@ -364,8 +365,10 @@ _FREE_ON_RESUME = ("out", "verbose", "tensorboard", "calibrate")
 
 def _resume_options(config: TrainConfig, plan: distributed.Plan) -> dict:
     """The options a checkpoint must have been trained with to resume from,
-    and its number of replicas (`--batch-size` is per replica: the global
-    batch, and the steps the learning rate is scheduled over, follow it)."""
+    its number of replicas (`--batch-size` is per replica: the global batch,
+    and the steps the learning rate is scheduled over, follow it) and the
+    standardization its vocabulary came from (the checkpoint holds the
+    weights, not the vocabulary, which a resume builds again)."""
     return {
         **{
             field.name: str(value) if isinstance(value, os.PathLike) else value
@@ -374,6 +377,7 @@ def _resume_options(config: TrainConfig, plan: distributed.Plan) -> dict:
             for value in [getattr(config, field.name)]
         },
         "replicas": plan.replicas,
+        "standardize": imdb_model.standardization().__name__,
     }
 
 

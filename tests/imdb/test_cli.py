@@ -13,7 +13,13 @@ import keras
 import pytest
 
 from keras_selfattn.imdb import cli
-from tests.helpers import png_size, tensorboard_scalars, write_acl
+from tests.helpers import (
+    DEMO_V0_1,
+    needs_demo_v0_1,
+    png_size,
+    tensorboard_scalars,
+    write_acl,
+)
 
 pytestmark = pytest.mark.tensorflow_only
 
@@ -182,6 +188,21 @@ def test_user_errors_are_one_line_with_exit_code_2(
     err = capsys.readouterr().err.strip()
     assert message in err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+@needs_demo_v0_1
+@pytest.mark.parametrize("command", ["predict", "explain"])
+def test_a_text_an_older_model_cannot_read_is_refused_once_it_is_loaded(
+    tmp_path, capsys, command
+):
+    # Accented letters alone: words for a model built today, none for 0.1's.
+    args = [command, str(DEMO_V0_1), "\u00c9 \u00e9"]
+    if command == "explain":
+        args += ["--out", str(tmp_path / "x.png")]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no words the model reads (TEXT: '\u00c9 \u00e9')" in err, err
+    assert len(err.splitlines()) == 1 and not (tmp_path / "x.png").exists()
 
 
 def test_predict_empty_text_and_stdin(trained, capsys, monkeypatch):

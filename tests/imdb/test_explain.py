@@ -221,6 +221,19 @@ def test_faithfulness_is_the_drop_in_the_predicted_class(monkeypatch):
     assert result["random"][1.0]["sufficiency"] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_tokens_are_the_words_the_models_own_standardization_gives():
+    model = build_model(
+        ["it's a cliche , sadly", "a fine film"] * 2,
+        vocab_size=20,
+        max_len=12,
+        embed_dim=4,
+        num_heads=1,
+    )
+    result = explain.explain(model, "It\u2019s a CLICH\u00c9, zebra")
+    # Out-of-vocabulary words show as themselves, not as [UNK].
+    assert result.tokens == ["it's", "a", "cliche", ",", "zebra"]
+
+
 def test_a_text_with_no_token_is_explained_as_nothing():
     model = build_model(["a b c"], vocab_size=10, max_len=6, embed_dim=4, num_heads=1)
     result = explain.explain(model, "$$$ ###")

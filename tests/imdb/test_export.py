@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from keras_selfattn.imdb import cli
+from keras_selfattn.imdb import cli, export
 from keras_selfattn.imdb.model import label_of, load, readable
+from tests.helpers import DEMO_V0_1, needs_demo_v0_1
 from tests.imdb.serving import NEGATIVE, POSITIVE, run_python
 
 pytestmark = pytest.mark.tensorflow_only
@@ -19,6 +20,7 @@ TEXTS = [
     "GREAT!<br /><br />loved it",  # tags, capitals, punctuation: standardized
     "a review with words the model never saw: zebra quokka",
     " ".join(["boring"] * 50),  # longer than max_len: clipped
+    "\u00c9 \u00e9\u2026",  # folded to ASCII ("e e ..."): it has words
     "",  # the last three have no word the model reads: no verdict
     "   ",
     "@@@ ###",
@@ -79,6 +81,23 @@ def test_saved_model_in_a_fresh_process_matches_the_keras_model(
     assert got["readable"] == [True] * (len(TEXTS) - UNREADABLE) + [False] * 3
     assert labels[:2] == ["positive", "negative"]  # the tiny model learned
     assert got["ours"] == []
+
+
+@needs_demo_v0_1
+def test_the_export_reads_with_its_models_own_standardization(tmp_path):
+    import tensorflow as tf
+
+    # A 0.1 model drops accented letters: "\u00c9 \u00e9" has no word for it.
+    model = load(DEMO_V0_1)
+    serving = export.serving_model(model)
+    config = serving.get_layer("readable").get_config()
+    assert config["standardize"]["config"] == "keras_selfattn>standardize"
+    directory = tmp_path / "old" / "1"
+    assert cli.main(["export", str(DEMO_V0_1), str(directory)]) == 0
+    signature = tf.saved_model.load(str(directory)).signatures["serving_default"]
+    out = signature(tf.constant(["\u00c9 \u00e9", "great"]))
+    assert out["readable"].numpy().tolist() == [False, True]
+    assert out["label"].numpy()[0] == b""
 
 
 def test_export_refuses_a_folder_that_is_not_empty(tiny_model, exported, capsys):

@@ -21,7 +21,7 @@ from keras_selfattn.imdb import cli, serve
 from keras_selfattn.imdb import model as imdb_model
 from keras_selfattn.imdb.explain import explain
 from keras_selfattn.imdb.model import label_of
-from tests.helpers import to_numpy
+from tests.helpers import DEMO_V0_1, needs_demo_v0_1, to_numpy
 from tests.imdb.serving import (
     NEGATIVE,
     POSITIVE,
@@ -169,6 +169,19 @@ def test_bad_input_is_a_one_line_4xx_and_the_server_carries_on(
     assert isinstance(detail, str) and "\n" not in detail
     assert detail.startswith(message), detail
     assert client.post("/v1/predict", json={"texts": ["great"]}).status_code == 200
+
+
+@needs_demo_v0_1
+def test_the_server_asks_its_own_models_standardization():
+    # Accented letters alone: words for a model built today, none for 0.1's.
+    predictor = serve.Predictor(imdb_model.load(DEMO_V0_1))
+    try:
+        probabilities, labels = predictor.predict_now(["\u00c9 \u00e9", "great"])
+        assert np.isnan(probabilities[0]) and labels[0] == ""
+        assert 0 < probabilities[1] < 1 and labels[1] in ("positive", "negative")
+        assert asyncio.run(predictor.explain("\u00c9 \u00e9")) is None
+    finally:
+        predictor.close()
 
 
 def test_json_is_read_whatever_the_content_type(client):

@@ -350,6 +350,23 @@ def test_a_resume_with_other_options_is_refused_naming_them(tmp_path, capsys):
     assert "resuming after epoch 1" in capsys.readouterr().out
 
 
+def test_a_checkpoint_of_the_first_standardization_is_refused(tmp_path):
+    # The checkpoint holds the weights, not the vocabulary, which a resume
+    # builds again: one written before `standardize_v2` would meet another.
+    data = write_acl(tmp_path / "acl", n_train=64, n_test=8)
+    out = tmp_path / "resume.keras"
+    config = TrainConfig(data=str(data), out=out, **{**TINY, "epochs": 2})
+    with pytest.raises(KeyboardInterrupt):
+        train(config, callbacks=[_InterruptAfterFirstEpoch()])
+    backup = tmp_path / "resume.keras.backup"
+    options = json.loads((backup / "options.json").read_text())
+    assert options.pop("standardize") == "standardize_v2"
+    (backup / "options.json").write_text(json.dumps(options))  # as 0.1 wrote
+    with pytest.raises(DistributeError, match="older version, which did not record"):
+        train(config)
+    assert backup.is_dir()
+
+
 def test_a_resume_on_another_number_of_replicas_is_refused(
     tmp_path, capsys, monkeypatch
 ):
