@@ -253,6 +253,8 @@ def _load(path: str):
 
 def _stdin() -> str:
     """All of stdin, as UTF-8 (a one-line error where it is not)."""
+    if sys.stdin is None:  # closed (`<&-`): Python sets it to None
+        raise CliError("'-' reads stdin, which is closed")
     buffer = getattr(sys.stdin, "buffer", None)
     if buffer is None:  # a text stream (a test's, say): already decoded
         return sys.stdin.read()

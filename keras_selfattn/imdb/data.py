@@ -26,6 +26,7 @@ import importlib.resources
 import json
 import os
 import re
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -275,7 +276,9 @@ def with_rotten_tomatoes(dataset: ImdbData, limit: int | None = None) -> ImdbDat
         dataset: The reviews, such as `load_bundled()`, possibly limited.
         limit: With `dataset` limited to its first `limit` training
             reviews, only as large a share of the snippets is added
-            (`limit / 20000` of them). Defaults to `None` (all 6,836).
+            (`limit / 20000` of them, the first in hash order, so both
+            classes: the file lists its positive snippets first). Defaults
+            to `None` (all 6,836).
 
     Returns:
         An `ImdbData`.
@@ -283,7 +286,9 @@ def with_rotten_tomatoes(dataset: ImdbData, limit: int | None = None) -> ImdbDat
     texts, labels = load_rotten_tomatoes("train")
     if limit is not None:
         count = round(min(1.0, limit / BUNDLED_TRAIN) * len(texts))
-        texts, labels = texts[:count], labels[:count]
+        keys = [_order_key(text, i, "rt-limit") for i, text in enumerate(texts)]
+        chosen = sorted(range(len(texts)), key=keys.__getitem__)[:count]
+        texts, labels = [texts[i] for i in chosen], labels[chosen]
     rows = list(zip(dataset.train_texts, dataset.train_labels.tolist(), strict=True))
     rows += [(clean(t), y) for t, y in zip(texts, labels.tolist(), strict=True)]
     order = sorted(range(len(rows)), key=lambda i: _order_key(rows[i][0], i, "rt"))
@@ -391,8 +396,11 @@ def load_keras() -> ImdbData:
             np.asarray(arrays["y_test"], dtype="int32"),
             f"keras.datasets.imdb ({npz_path})",
         )
-    except (OSError, KeyError, ValueError) as error:
-        raise DataError(f"cannot read keras.datasets.imdb files: {error}") from None
+    except (OSError, KeyError, ValueError, AttributeError, zipfile.BadZipFile) as error:
+        # A truncated or foreign imdb.npz (BadZipFile), a word index that is
+        # not a JSON object (AttributeError), ...
+        reason = first_line(error) or type(error).__name__
+        raise DataError(f"cannot read keras.datasets.imdb files: {reason}") from None
 
 
 def load(source: str = "bundled") -> ImdbData:

@@ -79,8 +79,8 @@ class TrainConfig:
             (`keras-selfattn train` without `--head-len` clips it to
             `max_len`).
         vocab_size: Words in the vocabulary, with the padding id and [UNK] (at
-            least 2). Defaults to `20000`.
-        bigram_vocab_size: Word pairs in a second vocabulary (at least 2,
+            least 3: one word). Defaults to `20000`.
+        bigram_vocab_size: Word pairs in a second vocabulary (at least 3,
             with the padding id and [UNK]); `0` leaves bigrams out.
             Defaults to `80000`.
         embed_dim: Size of the token vectors. Defaults to `64`.
@@ -188,17 +188,27 @@ class TrainConfig:
         ):
             check_positive_int(name, getattr(self, name))
         check_int_in_range("head_len", self.head_len, 0, self.max_len, True)
-        # A vocabulary holds the padding id and [UNK] at least.
-        check_int_in_range("vocab_size", self.vocab_size, 2)
+        # A vocabulary holds the padding id, [UNK] and a word at least (with
+        # none, TextVectorization's lookup table fails to build).
+        check_int_in_range("vocab_size", self.vocab_size, 3)
         check_int_in_range("bigram_vocab_size", self.bigram_vocab_size, 0)
-        if self.bigram_vocab_size == 1:
-            raise invalid("bigram_vocab_size", "0 (none) or at least 2", 1)
+        if self.bigram_vocab_size in (1, 2):
+            raise invalid(
+                "bigram_vocab_size", "0 (none) or at least 3", self.bigram_vocab_size
+            )
         if self.embed_dim % self.num_heads:
             raise invalid(
                 "num_heads",
                 f"a divisor of embed_dim={self.embed_dim} (each head gets "
                 "an equal share of the token vector)",
                 self.num_heads,
+            )
+        if self.embed_dim % self.pooling_heads:
+            raise invalid(
+                "pooling_heads",
+                f"a divisor of embed_dim={self.embed_dim} (each pooling head "
+                "averages an equal slice of the token vector)",
+                self.pooling_heads,
             )
         check_rate("dropout", self.dropout)
         check_rate("crop_rate", self.crop_rate)
@@ -223,6 +233,13 @@ class TrainConfig:
         out = Path(self.out)
         if out.suffix != ".keras" or not out.absolute().parent.is_dir():
             raise invalid("out", "a `.keras` path in an existing folder", self.out)
+        if out.is_dir() or not os.access(out.absolute().parent, os.W_OK):
+            # Found only when saving, after the training, before.
+            raise invalid(
+                "out", "a `.keras` file path in a folder this user can write", self.out
+            )
+        if self.tensorboard is not None and Path(self.tensorboard).is_file():
+            raise invalid("tensorboard", "a folder path, not a file", self.tensorboard)
         check_one_of("mixed_precision", self.mixed_precision, (False, True))
         check_one_of("distribute", self.distribute, distributed.KINDS)
         if self.devices is not None and (

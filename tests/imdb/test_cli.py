@@ -235,6 +235,14 @@ def test_predict_names_the_bad_line_of_stdin(
     assert message in err and len(err.splitlines()) == 1, err
 
 
+def test_a_closed_stdin_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", None)  # what `<&-` leaves Python
+    assert cli.main(["predict", str(tmp_path / "none.keras"), "-"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("'-' reads stdin, which is closed")
+    assert len(err.splitlines()) == 1
+
+
 def test_keras_loader_offline_is_one_line(tmp_path, capsys, monkeypatch):
     def offline(*args, **kwargs):
         raise Exception("URL fetch failure: [Errno -3] name resolution")

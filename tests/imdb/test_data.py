@@ -110,6 +110,24 @@ def test_keras_loader_decodes_with_word_index(tmp_path, monkeypatch):
     assert loaded.test_labels.tolist() == [0]
 
 
+@pytest.mark.parametrize(
+    "npz, index",
+    [(b"not a zip file", "{}"), (None, "[1, 2]")],
+    ids=["npz_not_a_zip", "word_index_a_list"],
+)
+def test_keras_loader_names_unreadable_files(tmp_path, monkeypatch, npz, index):
+    datasets = tmp_path / "datasets"
+    datasets.mkdir()
+    if npz is None:
+        np.savez(datasets / "imdb.npz", x_train=np.zeros((1, 2), "int64"))
+    else:
+        (datasets / "imdb.npz").write_bytes(npz)
+    (datasets / "imdb_word_index.json").write_text(index)
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    with pytest.raises(data.DataError, match=r"cannot read keras\.datasets\.imdb"):
+        data.load("keras")
+
+
 def test_keras_loader_offline_points_to_bundled(tmp_path, monkeypatch):
     import keras
 
@@ -206,6 +224,10 @@ def test_training_on_rotten_tomatoes_never_reads_its_test_split(bundled):
     small = data.with_rotten_tomatoes(bundled.limit(1000), limit=1000)
     snippets = set(small.train_texts) - set(bundled.train_texts)
     assert len(snippets) == round(6_836 * 1000 / 20_000)
+    # A share of both classes: the file lists its positive snippets first.
+    rows = zip(small.train_texts, small.train_labels, strict=True)
+    positive = sum(label for text, label in rows if text in snippets)
+    assert 0.4 < positive / len(snippets) < 0.6
     test = {data.clean(t) for t in data.load_rotten_tomatoes("test")[0]}
     assert not snippets & test
     assert small.test_texts is bundled.test_texts

@@ -71,6 +71,11 @@ def test_defaults_are_the_models():
         ("seed", 2**31),
         ("tensorboard", ""),
         ("pooling_entropy", -1.0),
+        ("vocab_size", 2),
+        ("bigram_vocab_size", 2),
+        ("pooling_heads", 3),
+        ("out", "folder.keras"),
+        ("tensorboard", "file.txt"),
     ],
     ids=[
         "zero_epochs",
@@ -103,10 +108,19 @@ def test_defaults_are_the_models():
         "seed_past_every_backend",
         "empty_tensorboard",  # was accepted, then ignored
         "negative_pooling_entropy",
+        # Each of the five below was accepted, then failed (exit code 1)
+        # after the data loaded or, for `out`, after the whole training.
+        "vocab_of_padding_and_unk_only",
+        "bigram_vocab_of_padding_and_unk_only",
+        "pooling_heads_not_dividing_embed_dim",
+        "out_is_a_folder",
+        "tensorboard_is_a_file",
     ],
 )
 def test_config_names_the_bad_field(tmp_path, monkeypatch, field, value):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder.keras").mkdir()
+    (tmp_path / "file.txt").write_text("")
     with pytest.raises(ValueError, match=f"argument `{field}`.*Received: {field}="):
         TrainConfig(**{field: value})
 
