@@ -18,11 +18,13 @@ import numbers
 import os
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_selfattn import _backend
 from keras_selfattn._validation import (
     check_bool,
+    check_int_in_range,
     check_paths,
     check_positive_float,
     check_positive_int,
@@ -47,6 +49,8 @@ __all__ = [
 # exp(_MASKED_LOGIT - m) is exactly 0 in float32 for any real logit m, and
 # twice the constant is still finite, so nothing becomes -inf or NaN.
 _MASKED_LOGIT = -0.3 * 3.4028235e38
+# Positions are int32: the largest query offset and sliding window.
+_MAX_POSITION = 2**31 - 1
 
 
 def _f32(value: float):
@@ -114,6 +118,8 @@ def _validate_shapes(query, key, value) -> None:
         )
     if rank == 4:
         heads, kv_heads = q_shape[2], k_shape[2]
+        if heads == 0:
+            raise _invalid("query", "at least one head", f"<tensor of shape {q_shape}>")
         if heads is None or not kv_heads or heads % kv_heads:
             raise _invalid(
                 "key",
@@ -169,6 +175,19 @@ def _normalize_mask(mask, batch, heads, q_len, k_len, squeezed_heads):
     if not _broadcasts(full, (batch, heads, q_len, k_len)):
         raise _invalid("mask", expected, f"<tensor of shape {shape}>")
     if mask.dtype != "bool":
+        # 0 / 1 reads as False / True. An additive mask (0 where allowed,
+        # -inf where not) would read inverted: refused where its values
+        # are known.
+        if _backend.values_known(mask):
+            values = ops.convert_to_numpy(mask)
+            if not np.isin(values, (0, 1)).all():
+                raise _invalid(
+                    "mask",
+                    "a boolean tensor (True: may attend), or 0 / 1 values "
+                    "(an additive mask of 0 and -inf would read inverted)",
+                    f"<tensor of dtype {mask.dtype} holding "
+                    f"{np.unique(values)[:4].tolist()}...>",
+                )
         mask = ops.cast(mask, "bool")
     if rank == 2:
         mask = ops.expand_dims(ops.expand_dims(mask, 0), 0)
@@ -223,12 +242,15 @@ def positional_mask(q_len, k_len, causal, sliding_window, query_offset=0):
 def _check_query_offset(query_offset) -> None:
     """A non-negative integer (Python or NumPy), or an integer tensor of
     rank 0 (its value is not read: it may be traced)."""
-    expected = "a non-negative integer or an integer scalar tensor"
+    expected = (
+        "a non-negative integer below 2**31 (positions are int32) or an "
+        "integer scalar tensor"
+    )
     value = query_offset
     if type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():
         value = value.item()  # NumPy scalars and 0-d arrays: their Python value
     is_int = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if is_int and value >= 0:
+    if is_int and 0 <= value <= _MAX_POSITION:
         return
     try:
         rank = len(value.shape)
@@ -237,6 +259,39 @@ def _check_query_offset(query_offset) -> None:
     dtype = str(getattr(value, "dtype", ""))
     if is_int or isinstance(value, bool) or rank != 0 or "int" not in dtype:
         raise _invalid("query_offset", expected, query_offset)
+
+
+def _seen_keys(query, key, mask, causal, sliding_window, query_offset):
+    """`(batch or 1, k_len)` bool: False at keys that `mask` or the position
+    rules hide from every query; None where every key may be seen.
+
+    Each rule is taken over all queries on its own (the keys that `mask` lets
+    some query see, and that the rules let some query see), so a key hidden
+    only by the two together counts as seen: never the reverse.
+    """
+    seen = None
+    if mask is not None:  # (B or 1, H or 1, Tq or 1, Tk or 1)
+        seen = ops.any(mask, axis=(1, 2))
+    q_len, k_len = query.shape[1], key.shape[1]
+    sees_all = (  # the last query sees every key by position
+        _is_zero(query_offset) and q_len is not None and k_len is not None
+    ) and q_len >= k_len
+    if (causal or sliding_window is not None) and not sees_all:
+        cols = ops.arange(ops.shape(key)[1], dtype="int32")
+        first = ops.cast(query_offset, "int32")
+        last = ops.add(first, ops.cast(ops.shape(query)[1], "int32") - 1)
+        rule = ops.less_equal(cols, last) if causal else None
+        if sliding_window is not None:  # |i - j| < w for some i in [first, last]
+            # Differences, not sums with w: first - w and last + w may
+            # overflow int32 for a window as large as _MAX_POSITION.
+            window = ops.logical_and(
+                ops.less(ops.subtract(first, cols), sliding_window),
+                ops.less(ops.subtract(cols, last), sliding_window),
+            )
+            rule = window if rule is None else ops.logical_and(rule, window)
+        rule = ops.expand_dims(rule, 0)
+        seen = rule if seen is None else ops.logical_and(seen, rule)
+    return seen
 
 
 def _is_zero(offset) -> bool:
@@ -1019,8 +1074,12 @@ def scaled_dot_product_attention(
             `(batch, k_len, value_dim)`.
         mask: Optional boolean tensor, True = may attend, broadcastable to
             `(batch, heads, q_len, k_len)`. A 3-D mask is read as
-            `(batch, q_len, k_len)` and shared by all heads. Defaults to
-            `None` (every key visible).
+            `(batch, q_len, k_len)` and shared by all heads. An integer or
+            float mask is read as booleans and must hold 0 and 1 only (an
+            additive mask of 0 and -inf is refused where its values are
+            known). A key that the mask, `causal` or `sliding_window` hides
+            from every query is ignored whatever it holds, as padding is.
+            Defaults to `None` (every key visible).
         padding_mask: Optional boolean tensor `(batch, k_len)`, True at real
             keys, False at padding (a Keras mask, as `Embedding(mask_zero=True)`
             makes it). Defaults to `None` (no padding).
@@ -1075,7 +1134,7 @@ def scaled_dot_product_attention(
     """
     check_positive_float("scale", scale, allow_none=True)
     check_bool("causal", causal)
-    check_positive_int("sliding_window", sliding_window, allow_none=True)
+    check_int_in_range("sliding_window", sliding_window, 1, _MAX_POSITION, True)
     check_rate("dropout", dropout)
     check_bool("training", training, allow_none=True)
     if not isinstance(seed, keras.random.SeedGenerator):
@@ -1118,12 +1177,16 @@ def scaled_dot_product_attention(
         spec = _SymbolicAttention(return_scores, squeezed)
         return spec.symbolic_call(query, key, value)
 
+    # Padding is ignored whatever it holds, and so is a key that `mask`,
+    # `causal` or `sliding_window` hides from every query (a cache's unused
+    # slots): a select (never a multiply, as 0 x NaN is NaN) zeros such keys
+    # and values before any path sees them. Padded queries are the caller's
+    # (the layers zero their inputs and outputs the same way).
+    seen = _seen_keys(query, key, mask, causal, sliding_window, query_offset)
     if padding_mask is not None:
-        # Padding is ignored whatever it holds: a select (never a multiply,
-        # as 0 x NaN is NaN) zeros padded keys and values before any path
-        # sees them. Padded queries are the caller's (the layers zero their
-        # inputs and outputs the same way).
-        real = padding_mask[:, :, None, None]
+        seen = padding_mask if seen is None else ops.logical_and(padding_mask, seen)
+    if seen is not None:
+        real = seen[:, :, None, None]
         key, value = (ops.where(real, t, ops.zeros((), t.dtype)) for t in (key, value))
     options = {
         "scale": scale,

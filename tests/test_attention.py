@@ -314,6 +314,51 @@ def test_nan_and_inf_padding_change_no_real_output_nor_gradient(rng, options):
     assert_padding_ignored(scaled_dot_product_attention, rng, **options)
 
 
+# Keys hidden from every query by `mask` or by the position rules (a cache's
+# unused slots), on each path; the last key is hidden in each case.
+_HIDDEN_KEY_CASES = {
+    "mask": dict(mask=np.array([True, True, True, False])[None, None, None]),
+    "mask-chunked": dict(
+        mask=np.array([True, True, True, False])[None, None, None], chunk_size=2
+    ),
+    "mask-default": dict(  # (batch, q_len, k_len); fused on JAX and PyTorch
+        mask=np.broadcast_to(np.array([True, True, True, False]), (2, 4, 4))
+    ),
+    "decoding-causal": dict(q_len=1, causal=True, query_offset=2),
+    "decoding-causal-chunked": dict(q_len=1, causal=True, query_offset=2, chunk_size=2),
+    "decoding-window": dict(q_len=1, sliding_window=2, query_offset=1),
+}
+
+
+@pytest.mark.parametrize(
+    "case", _HIDDEN_KEY_CASES.values(), ids=_HIDDEN_KEY_CASES.keys()
+)
+def test_nan_at_a_key_no_query_sees_changes_nothing(rng, case):
+    # 0 x NaN is NaN: a weight of zero alone let such a key turn every output
+    # into NaN (the padding mask zeroed its keys; these rules did not).
+    options = dict(case)
+    q_len = options.pop("q_len", 4)
+    q = _random(rng, 2, q_len, 2, 4)
+    k, v = (_random(rng, 2, 4, 2, 4) for _ in "kv")
+    poisoned_k, poisoned_v = k.copy(), v.copy()
+    poisoned_k[:, -1], poisoned_v[:, -1] = np.inf, np.nan
+
+    def run(k, v):
+        return output_and_grads(
+            lambda q, k, v: scaled_dot_product_attention(q, k, v, **options),
+            (q, k, v),
+            np.ones((2, q_len, 2, 4), "float32"),
+        )
+
+    want, want_grads = run(k, v)
+    got, got_grads = run(poisoned_k, poisoned_v)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    for grad, reference in zip(got_grads, want_grads, strict=True):
+        assert np.all(np.isfinite(grad))
+        np.testing.assert_allclose(grad[:, :-1], reference[:, :-1], atol=1e-5)
+
+
 @pytest.mark.backend_independent
 @pytest.mark.parametrize("shape", [(2, 1, 6), (3, 6), (2, 5)], ids=str)
 def test_padding_mask_of_wrong_shape_raises(rng, shape):
@@ -335,12 +380,22 @@ def test_window_of_one_attends_to_self_only(rng):
     np.testing.assert_allclose(to_numpy(out), v, atol=1e-6)
 
 
-def test_integer_mask_is_read_as_boolean(rng):
+@pytest.mark.parametrize("dtype", ["int32", "float32"])
+def test_integer_and_0_1_float_masks_are_read_as_boolean(rng, dtype):
     q, k, v = (_random(rng, 1, 4, 4) for _ in range(3))
-    mask = (rng.random((1, 4, 4)) > 0.3).astype("int32")
+    mask = (rng.random((1, 4, 4)) > 0.3).astype(dtype)
     a = scaled_dot_product_attention(q, k, v, mask)
     b = scaled_dot_product_attention(q, k, v, mask.astype(bool))
     np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
+
+
+def test_an_additive_mask_is_refused_not_read_inverted(rng):
+    # 0 where allowed and -inf where not: read as booleans, it would let each
+    # query see exactly the keys it should not.
+    q = _random(rng, 1, 2, 4)
+    additive = np.array([[0.0, -np.inf], [0.0, 0.0]], "float32")
+    with pytest.raises(ValueError, match=r"`mask`.*additive mask of 0 and -inf"):
+        scaled_dot_product_attention(q, q, q, additive)
 
 
 # --------------------------------------------------------------- gradients
@@ -490,6 +545,9 @@ _BAD_CALLS = {
     "seed_negative": ({"seed": -1}, "`seed`"),
     "seed_too_large": ({"seed": 2**31}, "`seed`"),
     "seed_float": ({"seed": 1.5}, "`seed`"),
+    # Positions are int32: these overflowed into wrong answers or crashes.
+    "offset_past_int32": ({"causal": True, "query_offset": 2**31}, "`query_offset`"),
+    "window_past_int32": ({"sliding_window": 2**31}, "`sliding_window`"),
 }
 
 
@@ -509,6 +567,7 @@ _BAD_SHAPES = {
     "value_length_differs": (((1, 3, 4), (1, 3, 4), (1, 2, 4)), "`value`"),
     "heads_differ": (((1, 3, 2, 4), (1, 3, 3, 4), (1, 3, 3, 4)), "`key`"),
     "no_kv_heads": (((1, 3, 2, 4), (1, 3, 0, 4), (1, 3, 0, 4)), "`key`"),
+    "no_query_heads": (((1, 3, 0, 4), (1, 3, 1, 4), (1, 3, 1, 4)), "`query`"),
     "dim_zero": (((1, 3, 2, 0), (1, 3, 2, 0), (1, 3, 2, 4)), "`query`"),
 }
 
