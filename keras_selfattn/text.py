@@ -274,13 +274,14 @@ class BigramEmbedding(keras.layers.Layer):
         check_positive_int("vocabulary_size", vocabulary_size)
         check_positive_int("embedding_dim", embedding_dim)
         super().__init__(**kwargs)
-        self.vocabulary_size = vocabulary_size
-        self.embedding_dim = embedding_dim
+        # Keras's Embedding takes only Python integers (ours NumPy's too).
+        self.vocabulary_size = int(vocabulary_size)
+        self.embedding_dim = int(embedding_dim)
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.supports_masking = True
         self.embedding = keras.layers.Embedding(
-            vocabulary_size,
-            embedding_dim,
+            self.vocabulary_size,
+            self.embedding_dim,
             embeddings_initializer=self.embeddings_initializer,
             dtype=self.dtype_policy,
             name="bigram_embedding",

@@ -165,6 +165,9 @@ def test_bigram_ids_outside_the_vocabulary_raise(bigram_ids, received):
 
 def test_numpy_integers_are_integers():
     assert ClipSequence(np.int64(5), head=np.int64(2)).get_config()["head"] == 2
+    # Keras's Embedding refused them, naming `input_dim`.
+    bigrams = BigramEmbedding(np.int64(7), np.int64(4))
+    assert type(bigrams.get_config()["vocabulary_size"]) is int
     layer = NgramLogit([np.int64(5)], first_id=np.int64(1))
     assert layer.get_config()["first_id"] == 1
     assert type(layer.get_config()["vocabulary_sizes"][0]) is int

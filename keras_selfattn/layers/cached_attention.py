@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from keras_selfattn import _backend
 from keras_selfattn.attention import positional_mask
 from keras_selfattn.layers._common import (
     combined_masks,
@@ -111,12 +112,21 @@ class CachedMultiHeadAttention(MultiHeadAttention):
 
     @staticmethod
     def _check_update_index(index, key, cache) -> None:
-        """A Python `cache_update_index` must place the new entries inside the
-        cache: backends clamp a slice update that does not fit (JAX and
-        TensorFlow), which would write the wrong rows silently. A tensor index
+        """A `cache_update_index` whose value is known (a Python or NumPy
+        integer, an eager scalar tensor) must place the new entries inside
+        the cache: backends clamp a slice update that does not fit (JAX and
+        TensorFlow), which would write the wrong rows silently. A traced index
         (decoding under `jit`) is the caller's to keep in range."""
-        if not isinstance(index, int) or isinstance(index, bool):
+        if isinstance(index, bool):
             return
+        if not isinstance(index, int):
+            # A NumPy integer (`np.arange`'s) reaches `call` as an eager
+            # tensor: its value is known, so it is checked too.
+            if tuple(getattr(index, "shape", (None,))) != () or not (
+                _backend.values_known(index)
+            ):
+                return
+            index = int(ops.convert_to_numpy(index))
         length, new = cache.shape[2], key.shape[1]
         if None in (length, new):
             expected, bad = "a non-negative integer", index < 0

@@ -314,9 +314,12 @@ class TransformerEncoder(TransformerBlock):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        # A config without the key was saved by 0.1, whose weights (and an
-        # optimizer's slots for them) are in 0.1's order.
-        weights_order = config.pop("weights_order", "0.1")
+        # A config of ours without the key was saved by 0.1, whose weights
+        # (and an optimizer's slots for them) are in 0.1's order; keras-hub's
+        # own config (no `attention_dropout`, which only ours has) has its
+        # weights in keras-hub's order.
+        old = "attention_dropout" in config
+        weights_order = config.pop("weights_order", "0.1" if old else "keras_hub")
         check_one_of("weights_order", weights_order, ("keras_hub", "0.1"))
         layer = cls(**config)
         layer._weights_order = weights_order

@@ -211,6 +211,8 @@ class GroupQueryAttention(KernelAttention, _Base):
             flash_attention=flash_attention, use_gate=use_gate, seed=seed,
             scale=scale, chunk_size=chunk_size,
         )  # fmt: skip
+        # Keras's constructor takes only Python integers (ours NumPy's too).
+        sliding_window = None if sliding_window is None else int(sliding_window)
         super().__init__(
             head_dim=head_dim,
             num_query_heads=num_query_heads,

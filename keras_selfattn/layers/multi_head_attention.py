@@ -202,6 +202,7 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
         # Keras's constructor takes only Python integers (ours NumPy's too).
         num_heads, key_dim = int(num_heads), int(key_dim)
         value_dim = None if value_dim is None else int(value_dim)
+        sliding_window = None if sliding_window is None else int(sliding_window)
         newer = _for_this_keras(
             sliding_window=sliding_window,
             flash_attention=flash_attention,

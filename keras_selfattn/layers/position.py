@@ -94,9 +94,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         check_positive_int("embedding_dim", embedding_dim)
         check_bool("mask_zero", mask_zero)
         super().__init__(**kwargs)
-        self.vocabulary_size = vocabulary_size
-        self.sequence_length = sequence_length
-        self.embedding_dim = embedding_dim
+        # Keras's Embedding takes only Python integers (ours NumPy's too).
+        self.vocabulary_size = int(vocabulary_size)
+        self.sequence_length = int(sequence_length)
+        self.embedding_dim = int(embedding_dim)
         self.mask_zero = mask_zero
         set_weight_options(
             self,
@@ -105,8 +106,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         )
         self.supports_masking = mask_zero
         self.token_embedding = keras.layers.Embedding(
-            vocabulary_size,
-            embedding_dim,
+            self.vocabulary_size,
+            self.embedding_dim,
             embeddings_initializer=self.embeddings_initializer,
             dtype=self.dtype_policy,
             name="token_embedding",

@@ -97,7 +97,17 @@ def test_a_subclass_hook_refuses_a_sliding_window_with_a_cache(rng):
 
 
 @pytest.mark.parametrize(
-    "index", [-1, 2, 3], ids=["negative", "past_the_end", "at_the_end"]
+    "index",
+    [-1, 2, 3, np.int64(3), np.int32(-1)],
+    # A NumPy index (a loop over `np.arange`) reaches `call` as a tensor: it
+    # was not checked, and the wrong rows were written.
+    ids=[
+        "negative",
+        "past_the_end",
+        "at_the_end",
+        "numpy_at_the_end",
+        "numpy_negative",
+    ],
 )
 def test_an_update_index_that_does_not_fit_the_cache_is_a_value_error(rng, index):
     # Two new entries in a cache of three: JAX and TensorFlow clamped the

@@ -431,3 +431,15 @@ def test_high_dim_padded_queries_have_all_zero_weights(rng):
     np.testing.assert_array_equal(scores[0, :, 2], 0.0)
     np.testing.assert_array_equal(to_numpy(out)[0, 2], 0.0)
     np.testing.assert_allclose(scores[0, :, 1].sum(axis=(-2, -1)), 1.0, atol=1e-5)
+
+
+@needs_keras("3.15", "sliding_window")
+def test_a_numpy_sliding_window_is_an_integer():
+    # Keras's constructors refused it in their own wording.
+    from keras_selfattn import GroupQueryAttention
+
+    for layer in (
+        MultiHeadAttention(2, 4, sliding_window=np.int64(3)),
+        GroupQueryAttention(4, 4, 2, sliding_window=np.int64(2)),
+    ):
+        assert type(layer.get_config()["sliding_window"]) is int

@@ -114,3 +114,12 @@ def test_ids_outside_the_vocabulary_in_a_compiled_predict():
     tokens = to_numpy(layer.token_embedding.embeddings)
     positions = to_numpy(layer.position_embeddings)
     np.testing.assert_allclose(out[1, :3], tokens[[1, 2, 9]] + positions[:3], atol=1e-6)
+
+
+def test_numpy_integers_are_integers():
+    # Keras's Embedding refused them, naming `input_dim` and `output_dim`.
+    layer = TokenAndPositionEmbedding(np.int64(10), np.int64(5), np.int64(4))
+    config = layer.get_config()
+    assert type(config["vocabulary_size"]) is int
+    assert type(config["embedding_dim"]) is int
+    assert to_numpy(layer(np.array([[1, 2, 0]]))).shape == (1, 3, 4)
