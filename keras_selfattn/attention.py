@@ -65,6 +65,19 @@ def _padding_bias(padding_mask):
     return ops.multiply(padded, _f32(_MASKED_LOGIT))
 
 
+def _row_max(logits, axis=-1):
+    """`ops.max(logits, axis, keepdims=True)` of masked logits, where an empty
+    tensor (no key, no query or no batch) gives the masked logit: a row with
+    no key, not the backends' "Cannot compute the max of an empty tensor".
+    A shape not known in full is traced, where the backends do not check."""
+    shape = tuple(logits.shape)
+    if 0 not in shape or None in shape:
+        return ops.max(logits, axis=axis, keepdims=True)
+    axes = {a % len(shape) for a in ((axis,) if isinstance(axis, int) else axis)}
+    reduced = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return ops.full(reduced, _MASKED_LOGIT, dtype="float32")
+
+
 def _sees_a_key(row_max):
     """Whether a row of masked logits, by its maximum, has an allowed key: a
     row with none has only masked logits, whose maximum is far below this."""
@@ -305,7 +318,7 @@ def _split_heads(x, axis, groups):
         return ops.expand_dims(x, axis + 1)
     shape = list(ops.shape(x))  # Dynamic where unknown.
     shape[axis : axis + 1] = [x.shape[axis] // groups, groups]
-    return ops.reshape(x, [-1, *shape[1:]])
+    return ops.reshape(x, shape)  # no -1: an empty batch would not infer it
 
 
 def _merge_heads(x, axis):
@@ -316,7 +329,7 @@ def _merge_heads(x, axis):
         return ops.squeeze(x, axis + 1)
     shape = list(ops.shape(x))
     shape[axis : axis + 2] = [x.shape[axis] * groups]
-    return ops.reshape(x, [-1, *shape[1:]])
+    return ops.reshape(x, shape)
 
 
 def _plain_attention(
@@ -353,10 +366,12 @@ def _plain_attention(
     groups = query.shape[2] // key.shape[2]
     query = _split_heads(ops.multiply(query, ops.cast(scale, "float32")), 2, groups)
     logits = _merge_heads(ops.einsum("bqhgd,bkhd->bhgqk", query, key), 1)
-    if padding_mask is not None:
+    if padding_mask is not None and padding_mask.shape[0] != 0:
         # The bias first: Keras's TensorFlow `add` takes a second argument that
         # squeezes to one axis for a bias of the first one's axis 1 or last
-        # axis, which a (B, 1, 1, 1) bias is when B == heads (one key).
+        # axis, which a (B, 1, 1, 1) bias is when B == heads (one key). An
+        # empty batch has nothing to mask (and its (0, H, Tq, Tk) logits with
+        # one head squeeze to such an axis).
         logits = ops.add(_padding_bias(padding_mask)[:, None, None, :], logits)
     if mask is not None:
         logits = ops.where(mask, logits, _f32(_MASKED_LOGIT))
@@ -365,7 +380,7 @@ def _plain_attention(
     # none came out of the softmax uniform; it must be zeros.
     has_key = None
     if mask is not None:
-        has_key = _sees_a_key(ops.max(logits, axis=-1, keepdims=True))
+        has_key = _sees_a_key(_row_max(logits))
     elif padding_mask is not None:
         has_key = ops.any(padding_mask, axis=-1)[:, None, None, None]
     scores = None
@@ -427,7 +442,7 @@ def masked_softmax(logits, mask=None, axis=-1):
                 f"<tensor of shape {tuple(mask.shape)}>",
             )
         logits = ops.where(ops.cast(mask, "bool"), logits, _f32(_MASKED_LOGIT))
-    row_max = ops.max(logits, axis=axis, keepdims=True)
+    row_max = _row_max(logits, axis)
     weights = ops.exp(ops.subtract(logits, row_max))
     weights = ops.divide(weights, ops.sum(weights, axis=axis, keepdims=True))
     if mask is not None:
@@ -460,7 +475,7 @@ def _mask_block(s, bias, keep):
 def _online_softmax_block(s, bias, keep, running_max, running_sum):
     """One key block of the online softmax: (p, max, correction, sum)."""
     s = _mask_block(s, bias, keep)
-    new_max = ops.maximum(running_max, ops.max(s, axis=-1, keepdims=True))
+    new_max = ops.maximum(running_max, _row_max(s))
     p = ops.exp(ops.subtract(s, new_max))
     correction = ops.exp(ops.subtract(running_max, new_max))
     running_sum = ops.add(
@@ -994,6 +1009,26 @@ def _plan(query, key, value, mask, padding_mask, options) -> AttentionPlan:
     )
 
 
+def _no_query(query, key, value, squeezed, return_scores):
+    """The empty output (and scores) of an empty batch or query length.
+
+    Built without the paths: TensorFlow's oneDNN batch matmul refuses some
+    empty operands. Each input's sum, times 0, is added to the empty output,
+    so that gradients reach the inputs as zeros (not as unconnected `None`);
+    the sums never reach a number, as there is none.
+    """
+    batch, q_len, heads, _ = query.shape
+    shape = (batch, q_len, heads, value.shape[-1])
+    output = ops.zeros(shape, value.dtype)
+    for t in (query, key, value):
+        output = ops.add(output, ops.cast(ops.multiply(ops.sum(t), 0), value.dtype))
+    output = ops.squeeze(output, 2) if squeezed else output
+    if not return_scores:
+        return output
+    scores = ops.zeros((batch, heads, q_len, key.shape[1]), query.dtype)
+    return output, scores
+
+
 def scaled_dot_product_attention(
     query,
     key,
@@ -1176,6 +1211,8 @@ def scaled_dot_product_attention(
     if any(isinstance(t, keras.KerasTensor) for t in symbolic):
         spec = _SymbolicAttention(return_scores, squeezed)
         return spec.symbolic_call(query, key, value)
+    if 0 in (batch, q_len):  # None (a traced length) is not 0
+        return _no_query(query, key, value, squeezed, return_scores)
 
     # Padding is ignored whatever it holds, and so is a key that `mask`,
     # `causal` or `sliding_window` hides from every query (a cache's unused

@@ -671,6 +671,83 @@ def test_no_key_at_all_gives_zeros_on_every_path(rng):
         np.testing.assert_array_equal(to_numpy(out), 0.0)
 
 
+_EMPTY = {  # query shape, key (and value) shape, options
+    "no_key_mask": ((1, 4, 1, 8), (1, 0, 1, 8), {"mask": np.ones((1, 4, 0), bool)}),
+    "no_key_causal": ((1, 4, 1, 8), (1, 0, 1, 8), {"causal": True}),
+    "no_key_window_chunked": (
+        (1, 4, 1, 8),
+        (1, 0, 1, 8),
+        {"sliding_window": 2, "chunk_size": 2},
+    ),
+    "no_key_mask_scores": (
+        (1, 4, 1, 8),
+        (1, 0, 1, 8),
+        {"mask": np.ones((1, 4, 0), bool), "return_scores": True},
+    ),
+    "no_batch_causal": ((0, 4, 1, 8), (0, 4, 1, 8), {"causal": True}),
+    "no_batch_mask_chunked": (
+        (0, 4, 1, 8),
+        (0, 4, 1, 8),
+        {"mask": np.ones((0, 4, 4), bool), "chunk_size": 2},
+    ),
+    "no_query_causal_plain": (
+        (1, 0, 1, 8),
+        (1, 4, 1, 8),
+        {"causal": True, "flash_attention": False},
+    ),
+    "no_query_causal_chunked": (
+        (1, 0, 1, 8),
+        (1, 4, 1, 8),
+        {"causal": True, "chunk_size": 2},
+    ),
+    "no_key_grouped": ((2, 4, 4, 8), (2, 0, 2, 8), {"causal": True}),
+    "no_query_no_key_grouped": ((2, 0, 4, 8), (2, 0, 2, 8), {}),
+    "no_query_scores": ((2, 0, 2, 8), (2, 3, 2, 8), {"return_scores": True}),
+    "no_batch_padding_one_head": (
+        (0, 4, 1, 8),
+        (0, 5, 1, 8),
+        {"padding_mask": np.ones((0, 5), bool)},
+    ),
+    "no_batch_padding_chunked": (
+        (0, 4, 1, 8),
+        (0, 5, 1, 8),
+        {"padding_mask": np.ones((0, 5), bool), "chunk_size": 2},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", _EMPTY.values(), ids=_EMPTY.keys())
+def test_empty_inputs_with_masks_give_zeros_and_zero_gradients(case):
+    # Each crashed inside a backend ("Cannot compute the max of an empty
+    # tensor") before the kernel took the row maximum of nothing as no key.
+    q_shape, k_shape, options = case
+    q, k = np.ones(q_shape, "float32"), np.ones(k_shape, "float32")
+    out = scaled_dot_product_attention(q, k, k, **options)
+    if options.get("return_scores"):
+        out, scores = out
+        assert to_numpy(scores).shape == (
+            *q_shape[:1],
+            q_shape[2],
+            q_shape[1],
+            k_shape[1],
+        )
+        options = {**options, "return_scores": False}
+    assert to_numpy(out).shape == q_shape
+    np.testing.assert_array_equal(to_numpy(out), 0.0)
+    grads = gradients(
+        lambda *t: ops.sum(scaled_dot_product_attention(*t, **options)), q, k, k
+    )
+    assert [g.shape for g in grads] == [q_shape, k_shape, k_shape]
+    for g in grads:
+        np.testing.assert_array_equal(g, 0.0)
+
+
+def test_masked_softmax_of_no_entry_is_empty():
+    empty = np.zeros((2, 3, 0), "float32")
+    assert to_numpy(masked_softmax(empty, np.ones((2, 3, 0), bool))).shape == (2, 3, 0)
+    assert to_numpy(masked_softmax(np.zeros((0, 3), "float32"))).shape == (0, 3)
+
+
 def test_float16_floatx_does_not_turn_the_mask_into_infinities(rng):
     q, k, v = (_random(rng, 2, 4, 2, 8) for _ in range(3))
     padding_mask = np.array([[True] * 4, [True, False, False, False]])

@@ -246,6 +246,24 @@ def test_padded_positions_output_zeros(case, rng):
     assert np.all(np.isfinite(out))
 
 
+@pytest.mark.parametrize(
+    "shape", [(2, 0), (0, SEQ)], ids=["empty_sequence", "empty_batch"]
+)
+@all_cases
+def test_empty_sequence_or_batch_with_a_keras_mask(case, shape):
+    # An empty sequence (or batch) through a Keras mask crashed inside the
+    # backends: the maximum of an empty tensor, an empty grouped matmul.
+    model, _ = _masked_model(case)
+    out = to_numpy(model(np.zeros(shape, "int32")))
+    assert out.shape == _expected_shape(case, *shape)
+    assert np.all(np.isfinite(out))
+    if not case.pools:
+        return
+    # A pooled empty sequence is what a fully padded one pools to.
+    padded = to_numpy(model(np.zeros((shape[0], 3), "int32")))
+    np.testing.assert_allclose(out, padded, atol=1e-6)
+
+
 def _mask_kwargs(case, mask):
     if case.sequential:
         return {"mask": mask}
