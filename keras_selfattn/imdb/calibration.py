@@ -203,7 +203,7 @@ def reliability_diagram(
     )
     ax.legend(loc="upper left", fontsize=8)
     path = Path(path)
-    fig.savefig(path, bbox_inches="tight")
+    fig.savefig(path, format="png", bbox_inches="tight")  # no ".png" added
     return path
 
 

@@ -336,7 +336,7 @@ def _write_png(path: str, draw: Callable[[], object]) -> None:
 def _evaluate(args: argparse.Namespace) -> None:
     from keras_selfattn.imdb import calibration, data
 
-    if args.calibration_plot:
+    if args.calibration_plot is not None:  # "" is refused
         _png_out("--calibration-plot", args.calibration_plot)
     model = _load(args.model)
     dataset = data.load(args.data)
@@ -345,7 +345,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     )
     print(f"data: {dataset.source}")
     print(f"expected calibration error (15 bins): {result.ece:.4f}")
-    if args.calibration_plot:
+    if args.calibration_plot is not None:
         title = f"{Path(args.model).name}, test split"
         _write_png(
             args.calibration_plot,

@@ -118,6 +118,14 @@ def test_reliability_diagram_is_a_png(tmp_path):
     assert width > 300 and height > 300
 
 
+def test_reliability_diagram_writes_the_path_it_is_given(tmp_path):
+    # matplotlib would add ".png" to a name without a suffix.
+    path = calibration.reliability_diagram([0.2, 0.9], [0, 1], tmp_path / "plot")
+    assert path == tmp_path / "plot"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plot"]
+    assert png_size(path)[0] > 300
+
+
 @pytest.fixture(scope="module")
 def tiny_model():
     import keras

@@ -160,6 +160,8 @@ def test_an_interrupted_command_says_how_to_resume_with_exit_code_130(
         (lambda d: ["evaluate", str(d / "corrupt.keras"),
                     "--calibration-plot", str(d / "no" / "r.PNG")],
          "--calibration-plot: no folder"),
+        (lambda d: ["evaluate", str(d / "corrupt.keras"), "--calibration-plot", ""],
+         "--calibration-plot must end in .png"),
         # Texts the model cannot read, named.
         (lambda d: ["predict", str(d / "corrupt.keras"), "good", "-"],
          "give it alone"),
@@ -174,7 +176,8 @@ def test_an_interrupted_command_says_how_to_resume_with_exit_code_130(
     ids=[
         "missing", "corrupt", "evaluate_corrupt", "empty", "unknown_data",
         "not_keras", "not_png", "no_folder", "out_is_folder", "plot_no_folder",
-        "dash_with_texts", "only_symbols", "not_utf8_argument", "not_demo_model",
+        "plot_empty", "dash_with_texts", "only_symbols", "not_utf8_argument",
+        "not_demo_model",
     ],
 )  # fmt: skip
 def test_user_errors_are_one_line_with_exit_code_2(
