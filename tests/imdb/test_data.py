@@ -212,6 +212,32 @@ def test_rotten_tomatoes_split_rule_on_a_tiny_file(tmp_path):
         data.load_rotten_tomatoes("validation", path=path)
 
 
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "no file {path}"),
+        ("text,label\nfine,1\n", "{path} has no column source: expected"),
+        ("text,label,source\nfine,pos,rotten_tomatoes\n",
+         "{path}, line 2: label 'pos' is not 0 or 1"),
+        ("text,label,source\nfine,1,imdb\n", "{path} has no rotten_tomatoes reviews"),
+        (b"text,label,source\ncaf\xe9,1,rotten_tomatoes\n", "{path} is not UTF-8"),
+        ("folder", "cannot read {path}: "),
+    ],
+    ids=["missing", "no_source_column", "bad_label", "no_snippets", "latin1", "folder"],
+)  # fmt: skip
+def test_a_csv_that_cannot_be_read_is_named_in_a_data_error(tmp_path, content, message):
+    path = tmp_path / "reviews.csv"
+    if content == "folder":
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content, encoding="utf-8")
+    with pytest.raises(data.DataError) as caught:
+        data.load_rotten_tomatoes(path=path)
+    assert str(caught.value).startswith(message.format(path=path))
+
+
 def test_rotten_tomatoes_test_split_of_the_bundled_file():
     test, labels = data.load_rotten_tomatoes("test")
     train, _ = data.load_rotten_tomatoes("train")
