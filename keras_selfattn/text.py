@@ -175,6 +175,13 @@ class ClipSequence(keras.layers.Layer):
 
     Returns:
         Integer tensor `(batch, min(seq, max_length))`.
+
+    Example:
+
+    >>> ids = np.array([[5, 6, 7, 8, 9, 0], [5, 6, 0, 0, 0, 0]])
+    >>> clipped = ClipSequence(4, head=1)(ids)  # the first token, the last 3
+    >>> keras.ops.convert_to_numpy(clipped).tolist()
+    [[5, 7, 8, 9], [5, 6, 0, 0]]
     """
 
     def __init__(self, max_length: int, head: int | None = None, **kwargs):
@@ -262,6 +269,16 @@ class BigramEmbedding(keras.layers.Layer):
 
     Returns:
         Tensor `(batch, seq, embedding_dim)`.
+
+    Example:
+
+    >>> layer = BigramEmbedding(vocabulary_size=10, embedding_dim=2)
+    >>> layer.build((1, 3, 2))
+    >>> layer.embedding.set_weights([np.arange(20.0).reshape(10, 2)])
+    >>> tokens = np.zeros((1, 3, 2), "float32")  # w1 w2 w3
+    >>> bigrams = np.array([[4, 7]])  # "w1 w2" and "w2 w3"
+    >>> keras.ops.convert_to_numpy(layer(tokens, bigrams)).tolist()
+    [[[0.0, 1.0], [8.0, 9.0], [14.0, 15.0]]]
     """
 
     def __init__(
