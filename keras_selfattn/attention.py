@@ -164,9 +164,13 @@ def _broadcasts(shape: tuple, target: tuple) -> bool:
     )
 
 
-def _normalize_mask(mask, batch, heads, q_len, k_len, squeezed_heads):
-    """Returns `mask` as a boolean 4-D tensor broadcastable to (B, H, Tq, Tk)."""
-    shape = tuple(mask.shape)
+def check_mask_shape(
+    shape, batch, heads, q_len, k_len, squeezed_heads=False, name="mask"
+) -> None:
+    """Raises the kernel's `ValueError` for a mask of `shape` that does not
+    fit (batch, heads, q_len, k_len); `name` is the argument the caller gave
+    it as (a layer's `attention_mask`)."""
+    shape = tuple(shape)
     rank = len(shape)
     expected = (
         "a boolean tensor broadcastable to (batch, heads, q_len, k_len) = "
@@ -178,7 +182,7 @@ def _normalize_mask(mask, batch, heads, q_len, k_len, squeezed_heads):
             f"{(batch, q_len, k_len)} or broadcastable to it"
         )
     if rank not in (2, 3, 4):
-        raise _invalid("mask", expected, f"<tensor of shape {shape}>")
+        raise _invalid(name, expected, f"<tensor of shape {shape}>")
     if rank == 2:
         full = (None, None, *shape)
     elif rank == 3:
@@ -186,7 +190,13 @@ def _normalize_mask(mask, batch, heads, q_len, k_len, squeezed_heads):
     else:
         full = shape
     if not _broadcasts(full, (batch, heads, q_len, k_len)):
-        raise _invalid("mask", expected, f"<tensor of shape {shape}>")
+        raise _invalid(name, expected, f"<tensor of shape {shape}>")
+
+
+def _normalize_mask(mask, batch, heads, q_len, k_len, squeezed_heads):
+    """Returns `mask` as a boolean 4-D tensor broadcastable to (B, H, Tq, Tk)."""
+    check_mask_shape(mask.shape, batch, heads, q_len, k_len, squeezed_heads)
+    rank = len(mask.shape)
     if mask.dtype != "bool":
         # 0 / 1 reads as False / True. An additive mask (0 where allowed,
         # -inf where not) would read inverted: refused where its values

@@ -14,6 +14,7 @@ import math
 import keras
 
 from keras_selfattn._validation import check_paths
+from keras_selfattn.attention import check_mask_shape
 from keras_selfattn.layers._common import check_keras_mask, rederive_call_attributes
 
 # The projections Keras's attention layers build (`_gate_dense` with a gate).
@@ -136,6 +137,15 @@ class KernelAttention:
         ):
             if mask is not None:
                 check_keras_mask(name, mask, tensor)
+
+    def _check_attention_mask(self, attention_mask, query, key) -> None:
+        """The kernel's check of a call's `attention_mask`, under that name,
+        for projected `(batch, seq, heads, dim)` query and key."""
+        if attention_mask is not None:
+            q, k = query.shape, key.shape
+            check_mask_shape(
+                attention_mask.shape, q[0], q[2], q[1], k[1], name="attention_mask"
+            )
 
     def _kernel_config(self) -> dict:
         """The kernel's options, for `get_config`."""

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_selfattn import _backend
+from keras_selfattn._validation import invalid
 from keras_selfattn.attention import positional_mask
 from keras_selfattn.layers._common import (
     combined_masks,
@@ -110,6 +111,30 @@ class CachedMultiHeadAttention(MultiHeadAttention):
     ((1, 2, 3, 2, 4), True)
     """
 
+    def _check_cache(self, cache, query) -> None:
+        """A `cache` holds the keys and values, stacked:
+        `(batch, 2, max_length, num_heads, key_dim)`."""
+        shape = tuple(cache.shape)
+        batch, heads, size = query.shape[0], self._num_heads, self._key_dim
+        want = (batch, 2, None, heads, size)
+        if len(shape) != 5 or not all(
+            a is None or b is None or a == b for a, b in zip(shape, want, strict=True)
+        ):
+            raise invalid(
+                "cache",
+                "a tensor of shape (batch, 2, max_length, num_heads, key_dim) "
+                f"= ({batch}, 2, max_length, {heads}, {size}): the keys and "
+                "the values, stacked",
+                f"<tensor of shape {shape}>",
+            )
+        if self._value_dim != size:
+            raise invalid(
+                "cache",
+                "no cache: it stacks keys and values, which needs value_dim == "
+                f"key_dim (here value_dim={self._value_dim}, key_dim={size})",
+                f"<tensor of shape {shape}>",
+            )
+
     @staticmethod
     def _check_update_index(index, key, cache) -> None:
         """A `cache_update_index` whose value is known (a Python or NumPy
@@ -173,6 +198,7 @@ class CachedMultiHeadAttention(MultiHeadAttention):
             query_mask = None
         query = self._query_dense(query)
         if cache is not None:
+            self._check_cache(cache, query)
             key_cache = cache[:, 0, ...]
             value_cache = cache[:, 1, ...]
             if cache_update_index is None:
@@ -276,6 +302,7 @@ class CachedMultiHeadAttention(MultiHeadAttention):
                 training=training,
                 use_causal_mask=use_causal_mask,
             )
+        self._check_cache(cache, query)
         output = keras.KerasTensor(
             self.compute_output_shape(query.shape, value.shape),
             dtype=self.compute_dtype,

@@ -369,6 +369,7 @@ class GroupQueryAttention(KernelAttention, _Base):
         if return_attention_scores is None:
             return_attention_scores = self._return_attention_scores
         self._check_scores_allowed(return_attention_scores)
+        self._check_attention_mask(attention_mask, query, key)
         seed = self._dropout_layer.seed_generator if self.dropout > 0 else None
         result = scaled_dot_product_attention(
             query,

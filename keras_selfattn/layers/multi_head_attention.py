@@ -406,6 +406,10 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
         q, k, v = (flat.to_sequences(t) for t in (query, key, value))
         mask = None
         if attention_mask is not None:
+            if flat.identity:
+                self._check_attention_mask(attention_mask, query, key)
+            else:
+                flat.check_mask(attention_mask, query, key)
             mask = flat.mask_to_sequences(
                 ops.cast(attention_mask, "bool"), query, key, self._num_heads
             )
@@ -536,6 +540,28 @@ class _Flattening:
         for _ in self.axes:
             mask = ops.expand_dims(mask, -1)  # the key axes
         return mask
+
+    def check_mask(self, mask, query, key) -> None:
+        """Raises a `ValueError` naming `attention_mask` for a `mask` that
+        `mask_to_sequences` cannot broadcast: as in Keras's layout, the last
+        `2 * len(axes)` axes are the query's and the key's attention axes,
+        and the axes before them, if any, the leading `(batch, *other)` ones."""
+        n = 2 * len(self.axes)
+        lead = (query.shape[0], *(query.shape[a] for a in self.others))
+        tail = tuple(t.shape[a] for t in (query, key) for a in self.axes)
+        shape = tuple(mask.shape)
+        fits = n <= len(shape) <= len(lead) + n and all(
+            a in (1, None) or b is None or a == b
+            for a, b in zip(shape, (*lead[: len(shape) - n], *tail), strict=True)
+        )
+        if not fits:
+            raise invalid(
+                "attention_mask",
+                "a boolean tensor broadcastable to (batch, *other_dims, "
+                f"*query_attention_dims, *key_attention_dims) = {(*lead, *tail)}, "
+                "its leading axes optional",
+                f"<tensor of shape {shape}>",
+            )
 
     def mask_to_sequences(self, mask, query, key, heads):
         """An attention mask in Keras's layout (scores without the heads

@@ -5,6 +5,7 @@ rest of its math are tested against keras-hub in test_keras_hub_parity.py)."""
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 import pytest
 
@@ -126,3 +127,50 @@ def test_an_update_index_that_does_not_fit_the_cache_is_a_value_error(rng, index
     assert np.all(to_numpy(cache)[0, :, 0] == 0) and np.all(
         to_numpy(cache)[0, :, 1:] != 0
     )
+
+
+_BAD_CACHES = {
+    "heads": ({}, (1, 2, 3, 3, 4)),
+    "key_dim": ({}, (1, 2, 3, 2, 5)),
+    "not_stacked": ({}, (1, 3, 2, 4)),  # it read the index as out of range
+    "batch": ({}, (2, 2, 3, 2, 4)),
+    "value_dim": ({"value_dim": 3}, (1, 2, 3, 2, 4)),
+}
+
+
+@pytest.mark.parametrize(
+    "kwargs, shape, symbolic",
+    [
+        pytest.param(kwargs, shape, symbolic, id=f"{name}_{mode}")
+        for name, (kwargs, shape) in _BAD_CACHES.items()
+        for symbolic, mode in ((False, "eager"), (True, "symbolic"))
+        if not (symbolic and name == "batch")  # a symbolic batch is unknown
+    ],
+)
+def test_a_cache_that_does_not_fit_the_layer_is_named(kwargs, shape, symbolic):
+    x = np.zeros((1, 2, 8), "float32")
+    cache = np.zeros(shape, "float32")
+    if symbolic:
+        x, cache = keras.Input(x.shape[1:]), keras.Input(shape[1:])
+    layer = CachedMultiHeadAttention(num_heads=2, key_dim=4, **kwargs)
+    expected = (
+        r"value_dim == key_dim \(here value_dim=3, key_dim=4\)"
+        if kwargs
+        else r"\(batch, 2, max_length, num_heads, key_dim\) = \((1|None), 2, "
+        r"max_length, 2, 4\)"
+    )
+    with pytest.raises(ValueError, match=rf"argument `cache`, expected .*{expected}"):
+        layer(x, x, cache=cache, cache_update_index=0)
+
+
+def test_an_attention_mask_is_checked_against_the_cache_length():
+    x = np.zeros((1, 2, 8), "float32")
+    layer = CachedMultiHeadAttention(num_heads=2, key_dim=4)
+    cache = np.zeros((1, 2, 3, 2, 4), "float32")
+    with pytest.raises(
+        ValueError, match=r"`attention_mask`, expected .* = \(1, 2, 2, 3\)"
+    ):
+        layer(x, x, attention_mask=np.ones((1, 2, 2), bool), cache=cache,
+              cache_update_index=0)  # fmt: skip
+    layer(x, x, attention_mask=np.ones((1, 2, 3), bool), cache=cache,
+          cache_update_index=0)  # fmt: skip

@@ -332,6 +332,18 @@ def test_invalid_arguments(kwargs, match):
         GroupQueryAttention(**kwargs)
 
 
+def test_an_attention_mask_that_does_not_fit_is_named():
+    x = np.zeros((2, 5, 8), "float32")
+    layer = GroupQueryAttention(**_HEADS)
+    with pytest.raises(
+        ValueError,
+        match=r"argument `attention_mask`, expected .* = \(2, 4, 5, 5\), or of shape "
+        r"\(batch, q_len, k_len\)\. Received: attention_mask='<tensor of shape "
+        r"\(2, 5, 3\)>'",
+    ):
+        layer(x, x, attention_mask=np.ones((2, 5, 3), bool))
+
+
 @pytest.mark.backend_independent
 def test_kernel_rejects_heads_that_do_not_group(rng):
     q, k, v = _grouped_inputs(rng)

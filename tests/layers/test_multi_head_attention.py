@@ -4,6 +4,7 @@ we deliberately differ."""
 from __future__ import annotations
 
 import inspect
+import re
 
 import keras
 import numpy as np
@@ -443,3 +444,41 @@ def test_a_numpy_sliding_window_is_an_integer():
         GroupQueryAttention(4, 4, 2, sliding_window=np.int64(2)),
     ):
         assert type(layer.get_config()["sliding_window"]) is int
+
+
+_BAD_ATTENTION_MASKS = {
+    # The kernel's rule, under the layer's name for the argument.
+    "key_length": ((2, 5, 8), None, (2, 5, 4), r"= \(2, 2, 5, 5\), or of shape"),
+    "one_axis": ((2, 5, 8), None, (5,), r"= \(2, 2, 5, 5\), or of shape"),
+    # Several attention axes: Keras's layout (it crashed in a broadcast).
+    "axes_layout": (
+        (2, 3, 4, 8), (2,), (2, 3, 4, 3),
+        r"\(batch, \*other_dims, \*query_attention_dims, \*key_attention_dims\) "
+        r"= \(2, 3, 4, 4\)",
+    ),
+    "axes_rank": ((2, 3, 4, 8), (1, 2), (3, 4), r"= \(2, 3, 4, 3, 4\)"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "shape, axes, mask_shape, expected",
+    _BAD_ATTENTION_MASKS.values(),
+    ids=_BAD_ATTENTION_MASKS.keys(),
+)
+def test_an_attention_mask_that_does_not_fit_is_named(
+    shape, axes, mask_shape, expected
+):
+    x = np.zeros(shape, "float32")
+    layer = MultiHeadAttention(2, 4, attention_axes=axes)
+    received = re.escape(f"attention_mask='<tensor of shape {mask_shape}>'")
+    with pytest.raises(
+        ValueError,
+        match=rf"argument `attention_mask`, expected .*{expected}.*\. Received: "
+        + received,
+    ):
+        layer(x, x, attention_mask=np.ones(mask_shape, bool))
+    # What fits: the full shape, and its broadcastable forms.
+    axes = axes or (len(shape) - 2,)
+    full = (*shape[:-1], *(shape[a] for a in axes))
+    for fits in (full, (1, *full[1:]), full[-2 * len(axes) :]):
+        layer(x, x, attention_mask=np.ones(fits, bool))
