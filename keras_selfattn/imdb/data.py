@@ -26,6 +26,7 @@ import importlib.resources
 import json
 import os
 import re
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -364,8 +365,18 @@ def load_folder(path: str | os.PathLike) -> ImdbData:
 
 
 def _keras_datasets_dir() -> Path:
-    home = os.environ.get("KERAS_HOME") or os.path.join("~", ".keras")
-    return Path(os.path.expanduser(home)) / "datasets"
+    """Where `keras.datasets` keeps its files, by Keras's rules: `KERAS_HOME`,
+    else `~/.keras` (`/tmp/.keras` where the home folder is not writable);
+    and `get_file` writes under `/tmp/.keras` where that is not writable."""
+    tmp = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
+    home = os.environ.get("KERAS_HOME")
+    if not home:
+        user = os.path.expanduser("~")
+        home = os.path.join(user if os.access(user, os.W_OK) else tmp, ".keras")
+    home = os.path.expanduser(home)
+    if not os.access(home, os.W_OK):
+        home = os.path.join(tmp, ".keras")
+    return Path(home) / "datasets"
 
 
 def _load_npz(path: Path):
@@ -383,7 +394,8 @@ def load_keras() -> ImdbData:
     """`keras.datasets.imdb`, decoded back to text with its word index.
 
     Keras's files are read from its cache (`$KERAS_HOME/datasets`, by default
-    `~/.keras/datasets`); when they are not there, `keras.datasets.imdb`
+    `~/.keras/datasets`; `/tmp/.keras/datasets` where Keras cannot write
+    there, as Keras does); when they are not there, `keras.datasets.imdb`
     downloads them. Words are decoded with `imdb_word_index.json`; the
     official 25,000 / 25,000 train / test split is kept.
 

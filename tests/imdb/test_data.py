@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -126,6 +128,39 @@ def test_keras_loader_names_unreadable_files(tmp_path, monkeypatch, npz, index):
     monkeypatch.setenv("KERAS_HOME", str(tmp_path))
     with pytest.raises(data.DataError, match=r"cannot read keras\.datasets\.imdb"):
         data.load("keras")
+
+
+@pytest.mark.parametrize(
+    "keras_home, writable, expected",
+    [
+        ("{tmp}", ["{tmp}"], "{tmp}/datasets"),
+        ("{tmp}", [], "/tmp/.keras/datasets"),
+        (None, ["~", "~/.keras"], "~/.keras/datasets"),
+        (None, ["~"], "/tmp/.keras/datasets"),  # ~/.keras read-only
+        (None, [], "/tmp/.keras/datasets"),
+    ],
+    ids=[
+        "keras_home",
+        "keras_home_read_only",
+        "user_home",
+        "user_keras_read_only",
+        "user_home_read_only",
+    ],
+)
+def test_keras_loader_looks_where_keras_writes(
+    tmp_path, monkeypatch, keras_home, writable, expected
+):
+    # As root every folder is writable: `os.access` stands in for the user's.
+    def fill(text):
+        return os.path.expanduser(text.replace("{tmp}", str(tmp_path)))
+
+    if keras_home is None:
+        monkeypatch.delenv("KERAS_HOME", raising=False)
+    else:
+        monkeypatch.setenv("KERAS_HOME", fill(keras_home))
+    writable = {fill(path) for path in writable}
+    monkeypatch.setattr(data.os, "access", lambda path, mode: path in writable)
+    assert data._keras_datasets_dir() == Path(fill(expected))
 
 
 def test_keras_loader_offline_points_to_bundled(tmp_path, monkeypatch):
