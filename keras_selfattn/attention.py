@@ -80,8 +80,10 @@ def _row_max(logits, axis=-1):
 
 def _sees_a_key(row_max):
     """Whether a row of masked logits, by its maximum, has an allowed key: a
-    row with none has only masked logits, whose maximum is far below this."""
-    return ops.greater(row_max, _f32(0.5 * _MASKED_LOGIT))
+    row with none has only masked logits, whose maximum is far below this.
+    A NaN maximum (a NaN logit at a key the row sees) counts as a key, so
+    the row comes out NaN, as the math gives, not zeros."""
+    return ops.logical_not(ops.less_equal(row_max, _f32(0.5 * _MASKED_LOGIT)))
 
 
 def _validate_shapes(query, key, value) -> None:
@@ -1092,7 +1094,10 @@ def scaled_dot_product_attention(
     `(batch, k_len)` vector (a bias added to the logits), where the same
     padding given as `mask` is a full `(batch, 1, q_len, k_len)` comparison.
     Padded keys are ignored whatever they hold: NaN or inf in a padded key
-    or value changes no output (a select zeros them, never a multiply).
+    or value changes no output (a select zeros them, never a multiply); so
+    is a key that `mask`, `causal` or `sliding_window` hides from every
+    query. A NaN in a real key makes every query that sees it NaN, and
+    reaches the other queries too (0 x NaN in the weighted sum of values).
     Padded *queries* are the caller's to zero, with a select as well (the
     layers do), or a NaN in one reaches the gradients of every key.
 

@@ -359,6 +359,32 @@ def test_nan_at_a_key_no_query_sees_changes_nothing(rng, case):
         np.testing.assert_allclose(grad[:, :-1], reference[:, :-1], atol=1e-5)
 
 
+# A key a query sees, with a NaN key vector (its logits NaN), on each path.
+_SEEN_NAN_KEY_CASES = {
+    "causal-plain": dict(causal=True, flash_attention=False),
+    "causal-default": dict(causal=True),  # fused on JAX and PyTorch
+    "causal-scores": dict(causal=True, return_scores=True),
+    "causal-chunked": dict(causal=True, chunk_size=2),
+    "window-plain": dict(sliding_window=2, flash_attention=False),
+    "mask-plain": dict(mask=np.tril(np.ones((5, 5), bool)), flash_attention=False),
+}
+
+
+@pytest.mark.parametrize(
+    "options", _SEEN_NAN_KEY_CASES.values(), ids=_SEEN_NAN_KEY_CASES.keys()
+)
+def test_a_nan_at_a_key_a_query_sees_makes_that_query_nan(rng, options):
+    # Its row's maximum logit is NaN: the plain and chunked paths read that
+    # as "no key", and gave those rows zeros (a finite wrong answer) while
+    # the rows that cannot see the key came out NaN (0 x NaN).
+    q, k, v = (_random(rng, 1, 5, 2, 4) for _ in "qkv")
+    k[:, 3] = np.nan
+    out = scaled_dot_product_attention(q, k, v, **options)
+    out = to_numpy(out[0] if options.get("return_scores") else out)
+    sees = [3, 4] if "mask" in options or options.get("causal") else [2, 3, 4]
+    assert np.isnan(out[0, sees]).all()
+
+
 @pytest.mark.backend_independent
 @pytest.mark.parametrize("shape", [(2, 1, 6), (3, 6), (2, 5)], ids=str)
 def test_padding_mask_of_wrong_shape_raises(rng, shape):
