@@ -143,7 +143,8 @@ class TransformerDecoder(TransformerBlock):
         `outputs` `(batch, T, hidden_dim)` without a cache;
         `(outputs, self_attention_cache)` with one and no cross-attention;
         `(outputs, self_attention_cache, cross_attention_cache)` with caches
-        and cross-attention.
+        and cross-attention. On symbolic inputs (a functional model), as
+        keras-hub's layer: `outputs` alone, caches or not.
 
     Example:
 
@@ -326,9 +327,21 @@ class TransformerDecoder(TransformerBlock):
         use_causal_mask=True,
         training=None,
     ):
-        has_cross_attention = self._check_inputs(
-            encoder_sequence, self_attention_cache, cross_attention_cache
-        )
+        has_cross_attention = self._cross_attention_layer is not None
+        if has_cross_attention != (encoder_sequence is not None):
+            raise _wrong_inputs(built_with=has_cross_attention)
+        if has_cross_attention and (
+            (self_attention_cache is None) != (cross_attention_cache is None)
+        ):
+            raise ValueError(
+                "When calling `keras_selfattn.TransformerDecoder` with "
+                "cross-attention (with both `encoder_sequence` and "
+                "`decoder_sequence`), `self_attention_cache` and "
+                "`cross_attention_cache` should both be set or both be `None`. "
+                "One cannot be `None` while the other is not. Received: "
+                f"self_attention_cache={self_attention_cache}, "
+                f"cross_attention_cache={cross_attention_cache}."
+            )
         check_rank("decoder_sequence", decoder_sequence.shape, 3, "(batch, T, dim)")
         padding = self._padding(decoder_sequence, decoder_padding_mask, "decoder")
         # Self-attention part. Without a cache the padding goes in as Keras
@@ -410,52 +423,8 @@ class TransformerDecoder(TransformerBlock):
             return x, self_attention_cache
         return x
 
-    def _check_inputs(
-        self, encoder_sequence, self_attention_cache, cross_attention_cache
-    ):
-        """Whether the layer has cross-attention, after checking that the call
-        gives the inputs it needs (as keras-hub's decoder)."""
-        has_cross_attention = self._cross_attention_layer is not None
-        if has_cross_attention != (encoder_sequence is not None):
-            raise _wrong_inputs(built_with=has_cross_attention)
-        if has_cross_attention and (
-            (self_attention_cache is None) != (cross_attention_cache is None)
-        ):
-            raise ValueError(
-                "When calling `keras_selfattn.TransformerDecoder` with "
-                "cross-attention (with both `encoder_sequence` and "
-                "`decoder_sequence`), `self_attention_cache` and "
-                "`cross_attention_cache` should both be set or both be `None`. "
-                "One cannot be `None` while the other is not. Received: "
-                f"self_attention_cache={self_attention_cache}, "
-                f"cross_attention_cache={cross_attention_cache}."
-            )
-        return has_cross_attention
-
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return tuple(decoder_sequence_shape)
-
-    def compute_output_spec(
-        self,
-        decoder_sequence,
-        encoder_sequence=None,
-        *args,
-        self_attention_cache=None,
-        cross_attention_cache=None,
-        **kwargs,
-    ):
-        # As `call`: with caches, the updated caches follow the output (a
-        # functional model of one decoding step has them as outputs too).
-        has_cross_attention = self._check_inputs(
-            encoder_sequence, self_attention_cache, cross_attention_cache
-        )
-        output = keras.KerasTensor(decoder_sequence.shape, dtype=self.compute_dtype)
-        if self_attention_cache is None:
-            return output
-        caches = [self_attention_cache]
-        if has_cross_attention:
-            caches.append(cross_attention_cache)
-        return (output, *(keras.KerasTensor(c.shape, dtype=c.dtype) for c in caches))
 
     def get_config(self):
         config = {

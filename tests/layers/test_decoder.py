@@ -3,7 +3,6 @@ and caches are tested against keras-hub in test_keras_hub_parity.py)."""
 
 from __future__ import annotations
 
-import keras
 import numpy as np
 import pytest
 
@@ -65,41 +64,3 @@ def test_padded_positions_output_zeros_and_their_content_is_ignored(rng):
         out[padding],
         atol=1e-5,
     )
-
-
-@pytest.mark.parametrize("cross", [False, True], ids=["decoder_only", "cross"])
-def test_a_functional_decoding_step_outputs_the_updated_caches(rng, cross):
-    # keras-hub's decoder gives one symbolic output even with caches, so no
-    # functional model of a decoding step can return them.
-    x = rng.normal(size=(2, 1, 4)).astype("float32")
-    inputs = {"x": x, "self_cache": rng.normal(size=(2, 2, 5, 2, 2))}
-    if cross:
-        inputs["encoder"] = rng.normal(size=(2, 3, 4))
-        inputs["cross_cache"] = np.zeros((2, 2, 3, 2, 2))
-    inputs = {k: v.astype("float32") for k, v in inputs.items()}
-    layer = TransformerDecoder(8, num_heads=2)
-
-    def step(t):
-        return layer(
-            t["x"],
-            t.get("encoder"),
-            self_attention_cache=t["self_cache"],
-            self_attention_cache_update_index=2,
-            cross_attention_cache=t.get("cross_cache"),
-            cross_attention_cache_update_index=0 if cross else None,
-        )
-
-    symbolic = {k: keras.Input(v.shape[1:], name=k) for k, v in inputs.items()}
-    model = keras.Model(symbolic, step(symbolic))
-    expected = step(inputs)
-    assert len(model.outputs) == len(expected) == (3 if cross else 2)
-    for got, want in zip(model(inputs), expected, strict=True):
-        np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-6)
-    with pytest.raises(ValueError, match="`cross_attention_cache` should both"):
-        if cross:
-            step({**symbolic, "cross_cache": None})
-        else:  # the same check, the other way round
-            TransformerDecoder(8, num_heads=2)(
-                symbolic["x"], keras.Input((3, 4)), self_attention_cache=None,
-                cross_attention_cache=keras.Input((2, 3, 2, 2)),
-            )  # fmt: skip
