@@ -64,3 +64,16 @@ def test_padded_positions_output_zeros_and_their_content_is_ignored(rng):
         out[padding],
         atol=1e-5,
     )
+
+
+def test_a_symbolic_call_with_a_cache_gives_the_output_alone_as_keras_hubs():
+    # keras-hub code feeds it on; the eager call gives (outputs, cache).
+    import keras
+
+    x, cache = keras.Input((1, 4)), keras.Input((2, 5, 2, 2))
+    out = TransformerDecoder(8, num_heads=2)(
+        x, self_attention_cache=cache, self_attention_cache_update_index=2
+    )
+    model = keras.Model([x, cache], keras.layers.Dense(3)(out))
+    got = model([np.ones((2, 1, 4), "float32"), np.zeros((2, 2, 5, 2, 2), "float32")])
+    assert tuple(got.shape) == (2, 1, 3)
