@@ -409,7 +409,7 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
             if flat.identity:
                 self._check_attention_mask(attention_mask, query, key)
             else:
-                flat.check_mask(attention_mask, query, key)
+                flat.check_mask(attention_mask, query, key, self._num_heads)
             mask = flat.mask_to_sequences(
                 ops.cast(attention_mask, "bool"), query, key, self._num_heads
             )
@@ -541,13 +541,15 @@ class _Flattening:
             mask = ops.expand_dims(mask, -1)  # the key axes
         return mask
 
-    def check_mask(self, mask, query, key) -> None:
+    def check_mask(self, mask, query, key, heads) -> None:
         """Raises a `ValueError` naming `attention_mask` for a `mask` that
-        `mask_to_sequences` cannot broadcast: as in Keras's layout, the last
-        `2 * len(axes)` axes are the query's and the key's attention axes,
-        and the axes before them, if any, the leading `(batch, *other)` ones."""
+        does not fit Keras's layout of the scores, `(batch, *other_dims,
+        heads, *query_attention_dims, *key_attention_dims)`: its last
+        `2 * len(axes)` axes are the attention axes, and the axes before
+        them, if any, the first of `(batch, *other_dims, heads)` (Keras
+        inserts the missing ones before the attention axes)."""
         n = 2 * len(self.axes)
-        lead = (query.shape[0], *(query.shape[a] for a in self.others))
+        lead = (query.shape[0], *(query.shape[a] for a in self.others), heads)
         tail = tuple(t.shape[a] for t in (query, key) for a in self.axes)
         shape = tuple(mask.shape)
         fits = n <= len(shape) <= len(lead) + n and all(
@@ -557,32 +559,39 @@ class _Flattening:
         if not fits:
             raise invalid(
                 "attention_mask",
-                "a boolean tensor broadcastable to (batch, *other_dims, "
+                "a boolean tensor broadcastable to (batch, *other_dims, heads, "
                 f"*query_attention_dims, *key_attention_dims) = {(*lead, *tail)}, "
                 "its leading axes optional",
                 f"<tensor of shape {shape}>",
             )
 
     def mask_to_sequences(self, mask, query, key, heads):
-        """An attention mask in Keras's layout (scores without the heads
-        axis, leading axes optional) -> the kernel's (batch', 1, Tq, Tk)."""
+        """An attention mask in Keras's layout (the scores', leading axes
+        optional) -> the kernel's (batch', 1 or heads, Tq, Tk)."""
         if self.identity:
             return mask
         n = len(self.axes)
         scores_rank = 2 + len(self.others) + 2 * n  # with the heads axis
-        while len(mask.shape) < scores_rank - 1:
+        while len(mask.shape) < scores_rank:  # as Keras's `_masked_softmax`
             mask = ops.expand_dims(mask, -2 * n - 1)
-        mask = ops.expand_dims(mask, -2 * n - 1)  # the heads axis
+        mask_heads = 1 if mask.shape[-2 * n - 1] == 1 else heads
         full = (
             *self._shape(query, (0, *self.others)),
-            1,
+            mask_heads,
             *self._shape(query, self.axes),
             *self._shape(key, self.axes),
         )
-        mask = ops.broadcast_to(mask, full)
+        # One axis at a time: TensorFlow's BroadcastTo refuses some rank-6
+        # patterns at once ("not supported yet"), such as (1, 2, 1, 4, 1, 4)
+        # to (2, 2, 3, 4, 3, 4).
+        for axis, size in enumerate(full):
+            if not isinstance(size, int) or mask.shape[axis] != size:
+                shape = list(ops.shape(mask))
+                shape[axis] = size
+                mask = ops.broadcast_to(mask, shape)
         q_len = math.prod(query.shape[a] for a in self.axes)
         k_len = math.prod(key.shape[a] for a in self.axes)
-        return ops.reshape(mask, (-1, 1, q_len, k_len))
+        return ops.reshape(mask, (-1, mask_heads, q_len, k_len))
 
 
 # The Keras release that first takes each of these constructor arguments of

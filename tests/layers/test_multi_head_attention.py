@@ -246,6 +246,21 @@ def test_high_dim_parity_with_keras(rng, query_shape, value_shape, axes):
     mask = rng.random(np.delete(a_scores.shape, heads_axis)) > 0.3
     mask[(..., *([0] * n))] = True  # every query keeps its first key
     assert_close(ours(q, v, attention_mask=mask), theirs(q, v, attention_mask=mask))
+    # With the heads axis (Keras takes it; ours crashed in a broadcast), per
+    # head and broadcast over all but the heads and the last query and key
+    # axes (a rank-6 pattern TensorFlow's BroadcastTo refuses in one step).
+    per_head = rng.random(a_scores.shape) > 0.3
+    per_head[(..., *([0] * n))] = True
+    sparse = [1] * len(a_scores.shape)  # e.g. (1, 2, 1, 4, 1, 4)
+    for axis in (heads_axis, heads_axis + n, -1):  # heads, last query, last key
+        sparse[axis] = a_scores.shape[axis]
+    broadcast = rng.random(sparse) > 0.3
+    broadcast[(..., *([0] * n))] = True
+    for heads_mask in (per_head, broadcast):
+        assert_close(
+            ours(q, v, attention_mask=heads_mask),
+            theirs(q, v, attention_mask=heads_mask),
+        )
 
 
 def test_image_attention_is_causal_over_flattened_positions(rng, chunked_calls):
@@ -453,10 +468,10 @@ _BAD_ATTENTION_MASKS = {
     # Several attention axes: Keras's layout (it crashed in a broadcast).
     "axes_layout": (
         (2, 3, 4, 8), (2,), (2, 3, 4, 3),
-        r"\(batch, \*other_dims, \*query_attention_dims, \*key_attention_dims\) "
-        r"= \(2, 3, 4, 4\)",
+        r"\(batch, \*other_dims, heads, \*query_attention_dims, "
+        r"\*key_attention_dims\) = \(2, 3, 2, 4, 4\)",
     ),
-    "axes_rank": ((2, 3, 4, 8), (1, 2), (3, 4), r"= \(2, 3, 4, 3, 4\)"),
+    "axes_rank": ((2, 3, 4, 8), (1, 2), (3, 4), r"= \(2, 2, 3, 4, 3, 4\)"),
 }  # fmt: skip
 
 
