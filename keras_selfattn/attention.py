@@ -378,12 +378,10 @@ def _plain_attention(
     groups = query.shape[2] // key.shape[2]
     query = _split_heads(ops.multiply(query, ops.cast(scale, "float32")), 2, groups)
     logits = _merge_heads(ops.einsum("bqhgd,bkhd->bhgqk", query, key), 1)
-    if padding_mask is not None and padding_mask.shape[0] != 0:
+    if padding_mask is not None:
         # The bias first: Keras's TensorFlow `add` takes a second argument that
         # squeezes to one axis for a bias of the first one's axis 1 or last
-        # axis, which a (B, 1, 1, 1) bias is when B == heads (one key). An
-        # empty batch has nothing to mask (and its (0, H, Tq, Tk) logits with
-        # one head squeeze to such an axis).
+        # axis, which a (B, 1, 1, 1) bias is when B == heads (one key).
         logits = ops.add(_padding_bias(padding_mask)[:, None, None, :], logits)
     if mask is not None:
         logits = ops.where(mask, logits, _f32(_MASKED_LOGIT))
@@ -1226,6 +1224,18 @@ def scaled_dot_product_attention(
     if any(isinstance(t, keras.KerasTensor) for t in symbolic):
         spec = _SymbolicAttention(return_scores, squeezed)
         return spec.symbolic_call(query, key, value)
+    options = {
+        "scale": scale,
+        "causal": causal,
+        "sliding_window": sliding_window,
+        "dropout": dropout,
+        "training": training,
+        "return_scores": return_scores,
+        "chunk_size": chunk_size,
+        "flash_attention": flash_attention,
+    }
+    plan = _plan(query, key, value, mask, padding_mask, options)
+    # After the plan, which refuses what cannot be honoured, even with no query.
     if 0 in (batch, q_len):  # None (a traced length) is not 0
         return _no_query(query, key, value, squeezed, return_scores)
 
@@ -1240,17 +1250,6 @@ def scaled_dot_product_attention(
     if seen is not None:
         real = seen[:, :, None, None]
         key, value = (ops.where(real, t, ops.zeros((), t.dtype)) for t in (key, value))
-    options = {
-        "scale": scale,
-        "causal": causal,
-        "sliding_window": sliding_window,
-        "dropout": dropout,
-        "training": training,
-        "return_scores": return_scores,
-        "chunk_size": chunk_size,
-        "flash_attention": flash_attention,
-    }
-    plan = _plan(query, key, value, mask, padding_mask, options)
 
     scores = None
     if plan.path == "chunked":

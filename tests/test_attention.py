@@ -742,6 +742,14 @@ _EMPTY = {  # query shape, key (and value) shape, options
 }
 
 
+@pytest.mark.parametrize("shape", [(0, 4, 2, 8), (1, 0, 2, 8)], ids=["batch", "query"])
+def test_what_cannot_be_honoured_is_refused_with_no_query_too(shape):
+    # Empty inputs return early: they skipped the refusal.
+    q, k = np.ones(shape, "float32"), np.ones((shape[0], 4, 2, 8), "float32")
+    with pytest.raises(ValueError, match=r"`flash_attention=True` cannot be honoured"):
+        scaled_dot_product_attention(q, k, k, flash_attention=True, return_scores=True)
+
+
 @pytest.mark.parametrize("case", _EMPTY.values(), ids=_EMPTY.keys())
 def test_empty_inputs_with_masks_give_zeros_and_zero_gradients(case):
     # Each crashed inside a backend ("Cannot compute the max of an empty
