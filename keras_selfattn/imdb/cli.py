@@ -315,7 +315,7 @@ def _png_out(flag: str, path: str) -> None:
     """Checks, before any work, that `path` is a PNG file that can be written."""
     out = Path(path)
     if out.suffix.lower() != ".png":
-        raise CliError(f"{flag} must end in .png, got {path}")
+        raise CliError(f"{flag} must end in .png, got {path!r}")
     if out.is_dir():
         raise CliError(f"{flag} is a folder: {path}")
     folder = out.parent

@@ -173,7 +173,8 @@ def _read_bundled_rows(
             if path is not None
             else importlib.resources.files(BUNDLED_PACKAGE).joinpath(*BUNDLED_FILE)
         )
-        with resource.open("r", encoding="utf-8", newline="") as f:
+        # utf-8-sig: a byte-order mark (as spreadsheets write) is not text.
+        with resource.open("r", encoding="utf-8-sig", newline="") as f:
             reader = csv.DictReader(f)
             missing = {"text", "label", "source"} - set(reader.fieldnames or ())
             if missing:
@@ -202,7 +203,9 @@ def _read_bundled_rows(
 
 
 def _label(value: str | None, name: str, line: int) -> int:
-    if value not in ("0", "1"):
+    """A row's label, 0 or 1 (spaces around it allowed); `line` is where the
+    row ends."""
+    if value is None or value.strip() not in ("0", "1"):
         raise DataError(f"{name}, line {line}: label {value!r} is not 0 or 1")
     return int(value)
 

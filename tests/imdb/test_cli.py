@@ -161,7 +161,7 @@ def test_an_interrupted_command_says_how_to_resume_with_exit_code_130(
                     "--calibration-plot", str(d / "no" / "r.PNG")],
          "--calibration-plot: no folder"),
         (lambda d: ["evaluate", str(d / "corrupt.keras"), "--calibration-plot", ""],
-         "--calibration-plot must end in .png"),
+         "--calibration-plot must end in .png, got ''"),
         # Texts the model cannot read, named.
         (lambda d: ["predict", str(d / "corrupt.keras"), "good", "-"],
          "give it alone"),

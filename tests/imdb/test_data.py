@@ -243,6 +243,11 @@ def test_rotten_tomatoes_split_rule_on_a_tiny_file(tmp_path):
     assert train == [t for t in texts if t not in expected]
     assert everything == texts and labels.tolist() == [i % 2 for i in range(40)]
     assert test_labels.tolist() == [texts.index(t) % 2 for t in test]
+    # As a spreadsheet saves it: a byte-order mark, spaces around a label.
+    edited = tmp_path / "edited.csv"
+    content = path.read_text(encoding="utf-8").replace(",1,rotten", ", 1 ,rotten")
+    edited.write_bytes(b"\xef\xbb\xbf" + content.encode("utf-8"))
+    assert data.load_rotten_tomatoes(path=edited)[1].tolist() == labels.tolist()
     with pytest.raises(ValueError, match="`split`"):
         data.load_rotten_tomatoes("validation", path=path)
 
