@@ -288,7 +288,7 @@ def explain(model, text: str) -> Explanation:
     # n-gram branch's exact shares.
     mask = tf.not_equal(ids[None], 0)
     gradients, baseline = integrated_gradients(
-        model, vectors_in, mask, token_vectors=token_vectors
+        model, vectors_in, mask, token_vectors=token_vectors, gap_after=gap_after
     )
     attributions = gradients[:length].astype("float64")
     baseline += float(np.asarray(classifier.bias)[0])
@@ -321,7 +321,7 @@ IG_STEPS = 64
 
 
 def integrated_gradients(
-    model, vectors, mask, steps: int = IG_STEPS, *, token_vectors=None
+    model, vectors, mask, steps: int = IG_STEPS, *, token_vectors=None, gap_after=None
 ):
     """Integrated gradients of the attention branch's logit over the token
     and bigram vectors (Sundararajan et al., 2017).
@@ -336,9 +336,10 @@ def integrated_gradients(
     the bigram vector of a position (the pair of that word and the one
     before it) is split half to each of the pair's two words, as a word
     pair's weight is in the n-gram branch: in "not good" the pair's credit
-    goes to "not" as much as to "good". Their sum is the branch's logit on
-    the review minus its logit on the baseline, up to the midpoint rule's
-    error.
+    goes to "not" as much as to "good". After the gap of a clipped review
+    the pair's first word is one the clip cut: that pair's credit stays
+    with the word shown. Their sum is the branch's logit on the review
+    minus its logit on the baseline, up to the midpoint rule's error.
 
     Args:
         model: A model from `build_model`.
@@ -350,6 +351,8 @@ def integrated_gradients(
             (`vectors` less the bigram vectors), or None to credit each
             bigram vector to the position it is added at. Defaults to
             `None`.
+        gap_after: The position after which a clipped review's middle was
+            cut (`Explanation.gap_after`), or None. Defaults to `None`.
 
     Returns:
         `(attributions (T,), the branch's logit on the baseline)`.
@@ -393,9 +396,11 @@ def integrated_gradients(
         # Position t's bigram vector is the pair (t - 1, t)'s: half of its
         # credit moves to word t - 1, as the n-gram branch splits a pair.
         pairs = vectors[0] - tf.cast(token_vectors, "float32")[0]
-        pair = tf.reduce_sum(pairs * mean, -1).numpy()
-        attributions[:-1] += pair[1:] / 2
-        attributions[1:] -= pair[1:] / 2
+        moved = tf.reduce_sum(pairs * mean, -1).numpy()[1:] / 2
+        if gap_after is not None:  # its pair's first word was cut
+            moved[gap_after] = 0.0
+        attributions[:-1] += moved
+        attributions[1:] -= moved
     start = float(branch(baseline, mask).numpy()[0])
     return attributions, start
 

@@ -352,6 +352,30 @@ def test_a_word_pairs_credit_is_split_between_its_two_words():
     np.testing.assert_allclose(result.attributions, split, rtol=1e-5, atol=1e-7)
 
 
+def test_the_pair_after_a_clip_gap_stays_with_the_word_shown():
+    # The first word kept after the gap reads the pair it forms with a word
+    # the clip cut: half of that pair's credit went to the word before the
+    # gap, which is not in the pair.
+    texts, _ = _planted()
+    model = build_model(
+        texts, vocab_size=30, bigram_vocab_size=60, max_len=4, head_len=1,
+        embed_dim=8, num_heads=1, intermediate_dim=8, ngram_logit=False,
+    )  # fmt: skip
+    tokens = model.get_layer(imdb_model.EMBEDDING).token_embedding.embeddings
+    tokens.assign(np.zeros(tokens.shape, "float32"))
+    pairs = model.get_layer(imdb_model.BIGRAM_EMBEDDING).embedding.embeddings
+    pairs.assign(np.random.default_rng(2).normal(size=pairs.shape).astype("float32"))
+    text = "the cast was a zorb story"
+    result = explain.explain(model, text)
+    assert result.tokens == ["the", "a", "zorb", "story"] and result.gap_after == 0
+    ids, *_, vectors, _ = explain.explainer(model)(np.array([text]))[:7]
+    at_end, _ = explain.integrated_gradients(model, vectors, np.asarray(ids) != 0)
+    expected = at_end.copy()  # "was a" stays with "a"; the others split
+    expected[2:] -= at_end[2:] / 2
+    expected[1:-1] += at_end[2:] / 2
+    np.testing.assert_allclose(result.attributions, expected, rtol=1e-5, atol=1e-7)
+
+
 def test_ngram_shares_split_a_word_over_its_occurrences():
     texts, labels = _planted()
     model = build_model(
