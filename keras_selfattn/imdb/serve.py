@@ -108,9 +108,7 @@ class Predictor:
             lambda texts: wrapped(texts, training=False),
             input_signature=[tf.TensorSpec([None], tf.string)],
         )
-        self._thread = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix="tensorflow"
-        )
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._waiting: collections.deque = collections.deque()
         self._batcher: asyncio.Task | None = None
         self.predict_now(["warm up"])  # traces the graph before the first request
@@ -160,7 +158,7 @@ class Predictor:
             texts = [text for request, _ in batch for text in request]
             try:
                 probabilities, labels = await loop.run_in_executor(
-                    self._thread, self.predict_now, texts
+                    self._thread(), self.predict_now, texts
                 )
             except Exception as error:  # handed to each request of the batch
                 for _, future in batch:
@@ -184,11 +182,22 @@ class Predictor:
             readable = imdb_model.readable([text], self.model)[0]
             return explain(self.model, text) if readable else None
 
-        return await asyncio.get_running_loop().run_in_executor(self._thread, run)
+        return await asyncio.get_running_loop().run_in_executor(self._thread(), run)
+
+    def _thread(self) -> concurrent.futures.ThreadPoolExecutor:
+        """The one thread that runs TensorFlow, started on first use."""
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="tensorflow"
+            )
+        return self._pool
 
     def close(self) -> None:
-        """Stops the TensorFlow thread after the calls it has started."""
-        self._thread.shutdown(wait=True, cancel_futures=True)
+        """Stops the TensorFlow thread after the calls it has started; a
+        later call starts a new one (the app can be started again)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 # ------------------------------------------------------------ the messages

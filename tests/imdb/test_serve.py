@@ -71,6 +71,16 @@ def test_predict_matches_the_model_in_process(client, model):
     assert [p["label"] for p in predictions[:2]] == ["positive", "negative"]
 
 
+def test_the_app_serves_again_after_a_shutdown(model):
+    # Its shutdown closed the TensorFlow thread for good: 500 the second time.
+    app = serve.create_app(model)
+    for _ in range(2):
+        with TestClient(app) as again:
+            answer = again.post("/v1/predict", json={"texts": ["great"]})
+            assert answer.status_code == 200, answer.text
+            assert again.post("/v1/explain", json={"text": "great"}).status_code == 200
+
+
 def test_concurrent_requests_are_batched_and_each_gets_its_own_answer(
     client, model, monkeypatch
 ):
