@@ -155,15 +155,21 @@ def export(model: keras.Model, directory: str | Path) -> Path:
 
     Raises:
         ExportError: `directory` is a file or a folder that is not empty, or
-            it cannot be made (no such parent, a file in its path, no
-            permission).
+            it cannot be listed or made (no such parent, a file in its
+            path, no permission).
         ValueError: `model` is not the demo's (see `serving_model`);
             nothing is written.
     """
     import tensorflow as tf
 
     directory = Path(directory)
-    if directory.is_file() or (directory.is_dir() and any(directory.iterdir())):
+    try:
+        taken = directory.is_file() or (directory.is_dir() and any(directory.iterdir()))
+    except OSError as error:  # a folder this user cannot list
+        raise ExportError(
+            f"cannot read {directory}: {error.strerror or error}"
+        ) from None
+    if taken:
         raise ExportError(
             f"{directory} already exists and is not an empty folder; "
             "remove it or export to a new version folder (models/imdb/2)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -114,6 +115,27 @@ def test_export_to_a_folder_that_cannot_be_made_is_one_line(
     assert cli.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert "cannot write" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_folder_that_cannot_be_listed_is_one_line(
+    tiny_model, tmp_path, capsys, monkeypatch
+):
+    # As root every folder can be listed: `iterdir` stands in for one that
+    # cannot (it was a PermissionError traceback, exit 1).
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    real = Path.iterdir
+
+    def iterdir(path):
+        if path == folder:
+            raise PermissionError(13, "Permission denied")
+        return real(path)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    assert cli.main(["export", str(tiny_model), str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"cannot read {folder}: Permission denied" in err
+    assert len(err.splitlines()) == 1, err
 
 
 def test_a_tensorflow_write_error_is_an_export_error(tiny_model, tmp_path, monkeypatch):
