@@ -385,7 +385,10 @@ def _plain_attention(
         logits = ops.add(_padding_bias(padding_mask)[:, None, None, :], logits)
     if mask is not None:
         logits = ops.where(mask, logits, _f32(_MASKED_LOGIT))
-    weights = ops.softmax(logits, axis=-1)
+    if logits.shape[-1] == 1:  # one key: ops.softmax warns "always 1"
+        weights = ops.exp(ops.subtract(logits, logits))  # 1, NaN where not finite
+    else:
+        weights = ops.softmax(logits, axis=-1)
     # (B|1, H|1, Tq|1, 1): 1 where a row may attend to some key. A row with
     # none came out of the softmax uniform; it must be zeros.
     has_key = None

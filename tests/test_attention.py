@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -357,6 +359,19 @@ def test_nan_at_a_key_no_query_sees_changes_nothing(rng, case):
     for grad, reference in zip(got_grads, want_grads, strict=True):
         assert np.all(np.isfinite(grad))
         np.testing.assert_allclose(grad[:, :-1], reference[:, :-1], atol=1e-5)
+
+
+def test_one_key_gets_all_the_weight_without_a_warning(rng):
+    # Keras's softmax warns that one entry "will always return the value 1":
+    # a one-word review printed it, from the server and from explain.
+    q = _random(rng, 1, 1, 2, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, weights = scaled_dot_product_attention(
+            q, q, q, return_scores=True, flash_attention=False
+        )
+    np.testing.assert_array_equal(to_numpy(weights), 1.0)
+    np.testing.assert_allclose(to_numpy(out), q, rtol=1e-6)
 
 
 # A key a query sees, with a NaN key vector (its logits NaN), on each path.
