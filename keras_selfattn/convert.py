@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import keras
 
-from keras_selfattn._validation import check_positive_int
+from keras_selfattn._validation import check_positive_int, invalid
 from keras_selfattn.layers import grouped_query_attention as _gqa
 from keras_selfattn.layers._kernel_attention import KernelAttention
 from keras_selfattn.layers.decoder import TransformerDecoder
@@ -186,6 +186,12 @@ def convert(
     left alone: attention (keras_selfattn.MultiHeadAttention)
         already computes through keras_selfattn's kernel
     """
+    if not isinstance(model, keras.layers.Layer):
+        raise invalid(
+            "model",
+            "a Keras model or layer (an instance, such as `keras.Model(...)`)",
+            model,
+        )
     check_positive_int("chunk_size", chunk_size, allow_none=True)
     drop_ins = _drop_ins()
     plan, rechunk, converted, left_alone = [], [], [], []

@@ -61,7 +61,10 @@ def layout_map(
       the same way: both counts must divide by the size of `model_axis`.
       Where its key-value heads do not (multi-query attention has one),
       replicate that layer's key and value projections by their exact
-      paths, which the map looks up before its patterns:
+      variable paths, which the map looks up before its patterns (a path
+      starts with the names of the layers that hold the layer, as
+      `"net/mqa/key/kernel"` for one inside a subclassed model `net`: read
+      them from `[v.path for v in model.weights]`):
 
       ```python
       layouts = keras_selfattn.layout_map(mesh)

@@ -136,6 +136,24 @@ def test_an_unbuilt_model_converts_and_builds_as_ours(kernel_calls):
     kernel_calls.clear()
     assert_close(model(x), reference(x))
     assert kernel_calls == ["multi_head_attention"] * 3
+    # Our build ran (Keras's Layer.__new__ had bound Keras's to the
+    # instance): the projections hand masks on, and shapes are checked.
+    for layer in _attention(model):
+        assert layer._query_dense.supports_masking
+    unbuilt = keras.layers.MultiHeadAttention(2, 4)
+    convert(unbuilt)
+    with pytest.raises(ValueError, match="argument `value`, expected the rank"):
+        unbuilt(np.zeros((2, 5, 8), "float32"), np.zeros((2, 3, 6, 8), "float32"))
+
+
+@pytest.mark.parametrize(
+    "model",
+    [None, "bert", keras.layers.MultiHeadAttention],
+    ids=["none", "string", "class"],
+)
+def test_a_model_that_is_not_a_keras_layer_is_a_value_error(model):
+    with pytest.raises(ValueError, match=r"argument `model`, expected a Keras model"):
+        convert(model)
 
 
 def test_predict_traces_the_converted_layers_again(kernel_calls):

@@ -9,6 +9,7 @@ checks, Keras's error for scores under flash attention, and their config.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import keras
@@ -64,7 +65,8 @@ class KernelAttention:
           attention), which ours scales by.
         - `_chunk_size = chunk_size`, checked as our constructor checks it.
         - Built layers hand masks on through their projections, as our
-          `build` makes them.
+          `build` makes them; an unbuilt one will build as ours does (its
+          shape checks, then Keras's build, then the masks handed on).
         - `_sliding_window` and `_use_gate` where an older Keras lacks them
           (at their defaults, as our `__init__` sets them).
         - What `keras.layers.Layer.__init__` reads from the class's `call`
@@ -91,6 +93,8 @@ class KernelAttention:
             layer._return_attention_scores = False
         if layer.built:
             layer._hand_on_masks()
+        elif "build" in vars(layer):
+            _build_as_ours(layer)
 
     @staticmethod
     def _check_adoptable(layer: keras.layers.Layer, chunk_size: int | None) -> None:
@@ -154,6 +158,25 @@ class KernelAttention:
             "scale": self._scale,
             "chunk_size": self._chunk_size,
         }
+
+
+def _build_as_ours(layer: keras.layers.Layer) -> None:
+    """Makes an unbuilt adopted `layer` build as its new class does.
+
+    Keras's `Layer.__new__` gave the instance a `build` of its own: a
+    wrapper of the old class's `build` that also records the build config,
+    sets `built` and locks the state. Ours adds shape checks before and the
+    masks handed on after; so the wrapper stays, and runs between them.
+    """
+    keras_build = vars(layer)["build"]
+
+    @functools.wraps(keras_build)
+    def build(*args, **kwargs):
+        layer._check_build_shapes(*args, **kwargs)
+        keras_build(*args, **kwargs)
+        layer._hand_on_masks()
+
+    layer.build = build
 
 
 def check_value_and_key_shapes(value_shape, key_shape) -> None:

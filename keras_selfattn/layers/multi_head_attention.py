@@ -263,9 +263,13 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
 
     # ------------------------------------------------------------ building
 
-    def build(self, query_shape, value_shape, key_shape=None):
+    @staticmethod
+    def _check_build_shapes(query_shape, value_shape, key_shape=None) -> None:
         key_shape = value_shape if key_shape is None else key_shape
         _check_shapes(query_shape, value_shape, key_shape)
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        self._check_build_shapes(query_shape, value_shape, key_shape)
         super().build(query_shape, value_shape, key_shape)
         self._hand_on_masks()
 
