@@ -621,11 +621,15 @@ def readable(texts: Sequence[str], model: keras.Model | None = None) -> list[boo
 
 def has_words(texts, standardize: Callable = standardize_v2):
     """`readable` on a string tensor of any shape: a bool tensor, True where
-    the text keeps a word through `standardize` (a TensorFlow op, so the
-    exported SavedModel computes it too)."""
+    the text is UTF-8 and keeps a word through `standardize` (a TensorFlow
+    op, so the exported SavedModel computes it too: bytes that are not
+    UTF-8, which the standardization would keep as a word, get no verdict
+    there either)."""
     import tensorflow as tf  # the standardization is a TensorFlow string op
 
-    return tf.strings.length(tf.strings.strip(standardize(texts))) > 0
+    utf8 = tf.equal(tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8"), texts)
+    words = tf.strings.length(tf.strings.strip(standardize(texts))) > 0
+    return tf.logical_and(utf8, words)
 
 
 def load(path: str | Path) -> keras.Model:

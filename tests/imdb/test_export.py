@@ -84,6 +84,18 @@ def test_saved_model_in_a_fresh_process_matches_the_keras_model(
     assert got["ours"] == []
 
 
+def test_bytes_that_are_not_utf8_get_no_verdict(tiny_model):
+    # The standardization keeps invalid bytes as a word: a TF Serving caller
+    # got a probability and a label for them (the CLI and server refuse
+    # such text before the model).
+    import tensorflow as tf
+
+    serving = export.serving_model(load(tiny_model))
+    out = serving(tf.constant([b"\xff\xfe", b"great \xff", b"great", "caf\u00e9"]))
+    assert out["readable"].numpy().tolist() == [False, False, True, True]
+    assert out["label"].numpy().tolist()[:2] == [b"", b""]
+
+
 @needs_demo_v0_1
 def test_the_export_reads_with_its_models_own_standardization(tmp_path):
     import tensorflow as tf
