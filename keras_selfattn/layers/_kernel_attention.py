@@ -3,7 +3,7 @@
 `MultiHeadAttention` and `GroupQueryAttention` subclass Keras's layers and
 compute through this package's kernel. `KernelAttention` holds what both add
 to Keras's class: the kernel's options (`flash_attention`, `scale`,
-`chunk_size`), the masks handed on by the projections, the call's mask
+`chunk_size`), their `build`, the masks handed on by the projections, the call's mask
 checks, Keras's error for scores under flash attention, and their config.
 """
 
@@ -113,6 +113,13 @@ class KernelAttention:
     def chunk_size(self) -> int | None:
         """The `chunk_size` argument."""
         return self._chunk_size
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        """Keras's `build` between the class's shape checks
+        (`_check_build_shapes`) and the masks handed on."""
+        self._check_build_shapes(query_shape, value_shape, key_shape)
+        super().build(query_shape, value_shape, key_shape)
+        self._hand_on_masks()
 
     def _hand_on_masks(self) -> None:
         """After Keras's `build`: the masks are applied in `call`, so the

@@ -272,11 +272,6 @@ class GroupQueryAttention(KernelAttention, _Base):
         key_shape = value_shape if key_shape is None else key_shape
         _check_shapes(query_shape, value_shape, key_shape)
 
-    def build(self, query_shape, value_shape, key_shape=None):
-        self._check_build_shapes(query_shape, value_shape, key_shape)
-        super().build(query_shape, value_shape, key_shape)
-        self._hand_on_masks()
-
     def call(
         self,
         query,

@@ -268,11 +268,6 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
         key_shape = value_shape if key_shape is None else key_shape
         _check_shapes(query_shape, value_shape, key_shape)
 
-    def build(self, query_shape, value_shape, key_shape=None):
-        self._check_build_shapes(query_shape, value_shape, key_shape)
-        super().build(query_shape, value_shape, key_shape)
-        self._hand_on_masks()
-
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
         _check_shapes(query_shape, value_shape, key_shape)
