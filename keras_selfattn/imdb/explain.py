@@ -74,7 +74,10 @@ class Explanation:
             `ngram_share`, to the logit exactly; positive values push
             towards "positive".
         gap_after: For a review longer than `max_len`, the position after
-            which the middle of the review was skipped; else None.
+            which words were skipped: the middle of the review (`head_len`
+            in `(0, max_len)`), -1 when its start was (`head_len=0`),
+            `len(tokens) - 1` when its end was (`head_len=None`); else
+            None.
         baseline: The attention branch's logit on the review with no words
             (position vectors only) plus the classifier's bias: where the
             attributions start.
@@ -276,7 +279,12 @@ def explain(model, text: str) -> Explanation:
     ):
         tokens = [words[i] for i in kept]
         jumps = np.nonzero(np.diff(kept) > 1)[0]
-        gap_after = int(jumps[0]) if len(jumps) else None
+        if len(jumps):  # the middle was cut
+            gap_after = int(jumps[0])
+        elif length and kept[0] > 0:  # the start was cut
+            gap_after = -1
+        elif length and kept[-1] < len(words) - 1:  # the end was cut
+            gap_after = length - 1
     else:
         vocabulary = vectorizer.get_vocabulary()
         tokens = [vocabulary[i] for i in ids[:length]]
@@ -351,8 +359,10 @@ def integrated_gradients(
             (`vectors` less the bigram vectors), or None to credit each
             bigram vector to the position it is added at. Defaults to
             `None`.
-        gap_after: The position after which a clipped review's middle was
-            cut (`Explanation.gap_after`), or None. Defaults to `None`.
+        gap_after: The position after which a clipped review's words were
+            cut (`Explanation.gap_after`), or None. Only a cut middle moves
+            a pair's credit: a cut start or end (-1, `T - 1`) leaves no
+            pair that reaches past the clip. Defaults to `None`.
 
     Returns:
         `(attributions (T,), the branch's logit on the baseline)`.
@@ -397,8 +407,8 @@ def integrated_gradients(
         # credit moves to word t - 1, as the n-gram branch splits a pair.
         pairs = vectors[0] - tf.cast(token_vectors, "float32")[0]
         moved = tf.reduce_sum(pairs * mean, -1).numpy()[1:] / 2
-        if gap_after is not None:  # its pair's first word was cut
-            moved[gap_after] = 0.0
+        if gap_after is not None and 0 <= gap_after < len(moved):
+            moved[gap_after] = 0.0  # the pair's first word was cut
         attributions[:-1] += moved
         attributions[1:] -= moved
     start = float(branch(baseline, mask).numpy()[0])

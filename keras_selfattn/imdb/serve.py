@@ -260,7 +260,7 @@ class ExplainResponse(BaseModel):
     baseline: float  # logit = attributions + baseline + rest (integrated gradients)
     rest: float  # the n-gram branch's share of the words the clip skipped
     ngram_share: float  # the n-gram branch's term of the logit (0: none)
-    gap_after: int | None  # a long review's middle is skipped after this token
+    gap_after: int | None  # words skipped after this token (-1: before the first)
 
 
 # -------------------------------------------------------------- the server

@@ -224,3 +224,29 @@ def test_an_edited_example_comes_back_when_picked_again(browser, url):
     menu.select_by_index(1)
     assert review.get_property("value") == original
     _wait_for(browser, url, original)
+
+
+def _gaps(browser) -> list[int]:
+    """Where the page's `[…]` marks stand among the tokens' spans."""
+    return browser.execute_script(
+        "return [...document.querySelectorAll('#tokens .token, #tokens .gap')]"
+        ".flatMap((s, i) => s.classList.contains('gap') ? [i] : []);"
+    )
+
+
+def test_a_long_review_shows_where_words_were_skipped(browser, url):
+    browser.set_window_size(1280, 900)
+    browser.get(f"{url}/")
+    review = browser.find_element(By.ID, "review")
+    long = " ".join([POSITIVE] * 12)  # longer than the model's max_len
+    browser.execute_script(_TYPE_EVERY_KEY, review, long)
+    expected = _wait_for(browser, url, long)
+    n = len(expected["tokens"])
+    # The tiny model keeps a long review's start (head_len=None): its end is cut.
+    assert expected["gap_after"] == n - 1
+    assert _gaps(browser) == [n]
+    # A model that keeps the end (head_len=0) answers -1: the mark comes first.
+    browser.execute_script("render(arguments[0]);", {**expected, "gap_after": -1})
+    assert _gaps(browser) == [0]
+    browser.execute_script("render(arguments[0]);", {**expected, "gap_after": None})
+    assert _gaps(browser) == []

@@ -38,6 +38,31 @@ def test_explain_long_review_shows_head_and_tail(tmp_path):
     assert png_size(png)[0] > 300
 
 
+@pytest.mark.parametrize(
+    ("head_len", "kept", "gap_after"),
+    [
+        pytest.param(0, [14, 15, 16, 17, 18, 19], -1, id="start_cut"),
+        pytest.param(None, [0, 1, 2, 3, 4, 5], 5, id="end_cut"),
+        pytest.param(6, [0, 1, 2, 3, 4, 5], 5, id="head_is_max_len"),
+    ],
+)
+def test_explain_marks_a_cut_start_or_end(tmp_path, head_len, kept, gap_after):
+    model = build_model(
+        ["a b c"], vocab_size=10, max_len=6, head_len=head_len, embed_dim=4,
+        num_heads=1, bigram_vocab_size=20,
+    )  # fmt: skip
+    text = " ".join(f"w{i}" for i in range(20))
+    result = explain.explain(model, text)
+    assert result.tokens == [f"w{i}" for i in kept]
+    assert result.gap_after == gap_after
+    lines = explain._wrap(result.tokens, 80, result.gap_after)
+    items = [item for line in lines for item in line]
+    assert items.index((-1, explain.GAP)) == gap_after + 1
+    # A review that fits has no gap, whatever the clip.
+    assert explain.explain(model, "w1 w2 w3").gap_after is None
+    assert explain.plot(result, tmp_path / "cut.png").exists()
+
+
 def test_plot_leaves_the_matplotlib_backend_alone(tmp_path):
     original = matplotlib.get_backend()
     matplotlib.use("svg")  # anything but Agg, which the plot draws with
