@@ -1,6 +1,9 @@
-"""The one line of an error's message that the demo shows its users."""
+"""The one line of an error's message that the demo shows its users, and
+the check of an output file that says why it cannot be written."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 
 def first_line(
@@ -31,3 +34,29 @@ def first_line(
     if line.endswith(":") and len(lines) > 1:
         line = f"{line} {lines[1]}"
     return f"{name}: {line}" if typed else line
+
+
+def why_unwritable(path: str | Path) -> str | None:
+    """Why the file `path` cannot be written, in the system's words, or None.
+
+    Found by opening it to append, which changes no existing file, and
+    removing the file if that made it: the one true test. `os.access` says
+    yes to root for /proc, and a question about the folder misses a
+    read-only file.
+
+    Args:
+        path: The file to be written later.
+
+    Returns:
+        None if it can be written; else the reason ("Permission denied").
+    """
+    path = Path(path)
+    existed = path.exists()
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as error:
+        return error.strerror or str(error)
+    if not existed:
+        path.unlink(missing_ok=True)
+    return None

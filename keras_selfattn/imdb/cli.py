@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from keras_selfattn import _launcher
-from keras_selfattn.imdb._errors import first_line  # imports nothing
+from keras_selfattn.imdb._errors import first_line, why_unwritable  # stdlib only
 
 if TYPE_CHECKING:  # imported lazily: Keras must not load before the setup
     from keras_selfattn.imdb.train import TrainConfig
@@ -321,8 +321,9 @@ def _png_out(flag: str, path: str) -> None:
     folder = out.parent
     if not folder.is_dir():
         raise CliError(f"{flag}: no folder {folder} to write {out.name} in")
-    if not os.access(folder, os.W_OK):
-        raise CliError(f"{flag}: cannot write in {folder}")
+    reason = why_unwritable(out)
+    if reason:
+        raise CliError(f"{flag}: cannot write {path}: {reason}")
 
 
 def _write_png(path: str, draw: Callable[[], object]) -> None:

@@ -55,6 +55,7 @@ from keras_selfattn._validation import (
 )
 from keras_selfattn.imdb import calibration, data, distributed, ngrams
 from keras_selfattn.imdb import model as imdb_model
+from keras_selfattn.imdb._errors import why_unwritable
 from keras_selfattn.imdb.model import DEFAULTS
 
 __all__ = ["TrainConfig", "TrainResult", "cpu_name", "describe_device", "train"]
@@ -96,7 +97,9 @@ class TrainConfig:
             them with `None`. Defaults to `None`.
         seed: Seed of the initialisation, dropout and shuffling, from 0 to
             2**31 - 1. Defaults to `1337`.
-        out: The model file, a `.keras` path in an existing folder; the
+        out: The model file, a `.keras` path in an existing folder that
+            this user can write (checked by opening it, so before the
+            training, not after; an existing file is left as it is); the
             checkpoints to resume from are in the folder `out + ".backup"`.
             Defaults to `"imdb.keras"`.
         mixed_precision: Train under `mixed_float16` on a GPU,
@@ -233,10 +236,10 @@ class TrainConfig:
         out = Path(self.out)
         if out.suffix != ".keras" or not out.absolute().parent.is_dir():
             raise invalid("out", "a `.keras` path in an existing folder", self.out)
-        if out.is_dir() or not os.access(out.absolute().parent, os.W_OK):
-            # Found only when saving, after the training, before.
+        reason = "a folder" if out.is_dir() else why_unwritable(out)
+        if reason:  # found only when saving, after the training, before
             raise invalid(
-                "out", "a `.keras` file path in a folder this user can write", self.out
+                "out", f"a `.keras` file this user can write (here: {reason})", self.out
             )
         if self.tensorboard is not None and Path(self.tensorboard).is_file():
             raise invalid("tensorboard", "a folder path, not a file", self.tensorboard)

@@ -162,6 +162,9 @@ def test_an_interrupted_command_says_how_to_resume_with_exit_code_130(
          "--calibration-plot: no folder"),
         (lambda d: ["evaluate", str(d / "corrupt.keras"), "--calibration-plot", ""],
          "--calibration-plot must end in .png, got ''"),
+        # A folder where no file can be made, even by root (CI runs as root).
+        (lambda d: ["explain", str(d / "corrupt.keras"), "hi",
+                    "--out", "/proc/x.png"], "--out: cannot write /proc/x.png"),
         # Texts the model cannot read, named.
         (lambda d: ["predict", str(d / "corrupt.keras"), "good", "-"],
          "give it alone"),
@@ -176,7 +179,7 @@ def test_an_interrupted_command_says_how_to_resume_with_exit_code_130(
     ids=[
         "missing", "corrupt", "evaluate_corrupt", "empty", "unknown_data",
         "not_keras", "not_png", "no_folder", "out_is_folder", "plot_no_folder",
-        "plot_empty", "dash_with_texts", "only_symbols", "not_utf8_argument",
+        "plot_empty", "proc", "dash_with_texts", "only_symbols", "not_utf8_argument",
         "not_demo_model",
     ],
 )  # fmt: skip
@@ -191,6 +194,18 @@ def test_user_errors_are_one_line_with_exit_code_2(
     err = capsys.readouterr().err.strip()
     assert message in err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_the_png_check_leaves_no_file_and_an_old_one_unchanged(tmp_path, capsys):
+    (tmp_path / "corrupt.keras").write_bytes(b"not a zip file at all")
+    old = tmp_path / "old.png"
+    old.write_bytes(b"an earlier picture")
+    for out in (old, tmp_path / "new.png"):
+        args = ["explain", str(tmp_path / "corrupt.keras"), "hi", "--out", str(out)]
+        assert cli.main(args) == 2
+        assert "cannot load model" in capsys.readouterr().err
+    assert old.read_bytes() == b"an earlier picture"
+    assert not (tmp_path / "new.png").exists()
 
 
 @needs_demo_v0_1

@@ -75,6 +75,7 @@ def test_defaults_are_the_models():
         ("bigram_vocab_size", 2),
         ("pooling_heads", 3),
         ("out", "folder.keras"),
+        ("out", "/proc/model.keras"),
         ("tensorboard", "file.txt"),
     ],
     ids=[
@@ -108,12 +109,13 @@ def test_defaults_are_the_models():
         "seed_past_every_backend",
         "empty_tensorboard",  # was accepted, then ignored
         "negative_pooling_entropy",
-        # Each of the five below was accepted, then failed (exit code 1)
+        # Each of the six below was accepted, then failed (exit code 1)
         # after the data loaded or, for `out`, after the whole training.
         "vocab_of_padding_and_unk_only",
         "bigram_vocab_of_padding_and_unk_only",
         "pooling_heads_not_dividing_embed_dim",
         "out_is_a_folder",
+        "out_not_even_root_can_write",  # os.access says yes to root
         "tensorboard_is_a_file",
     ],
 )
@@ -125,7 +127,15 @@ def test_config_names_the_bad_field(tmp_path, monkeypatch, field, value):
         TrainConfig(**{field: value})
 
 
-def test_config_errors_say_what_is_expected():
+def test_config_errors_say_what_is_expected(tmp_path):
+    with pytest.raises(ValueError, match=r"can write \(here: No such file or direc"):
+        TrainConfig(out="/proc/model.keras")
+    # The check leaves no file behind, and an existing model as it was.
+    TrainConfig(out=tmp_path / "new.keras")
+    assert not (tmp_path / "new.keras").exists()
+    (tmp_path / "old.keras").write_bytes(b"an earlier model")
+    TrainConfig(out=tmp_path / "old.keras")
+    assert (tmp_path / "old.keras").read_bytes() == b"an earlier model"
     with pytest.raises(ValueError, match="expected a non-negative, finite float"):
         TrainConfig(pooling_entropy=-1.0)
     with pytest.raises(ValueError, match=r"a divisor of embed_dim=64.*num_heads=3"):
