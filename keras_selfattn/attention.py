@@ -199,26 +199,31 @@ def _normalize_mask(mask, batch, heads, q_len, k_len, squeezed_heads):
     """Returns `mask` as a boolean 4-D tensor broadcastable to (B, H, Tq, Tk)."""
     check_mask_shape(mask.shape, batch, heads, q_len, k_len, squeezed_heads)
     rank = len(mask.shape)
-    if mask.dtype != "bool":
-        # 0 / 1 reads as False / True. An additive mask (0 where allowed,
-        # -inf where not) would read inverted: refused where its values
-        # are known.
-        if _backend.values_known(mask):
-            values = ops.convert_to_numpy(mask)
-            if not np.isin(values, (0, 1)).all():
-                raise _invalid(
-                    "mask",
-                    "a boolean tensor (True: may attend), or 0 / 1 values "
-                    "(an additive mask of 0 and -inf would read inverted)",
-                    f"<tensor of dtype {mask.dtype} holding "
-                    f"{np.unique(values)[:4].tolist()}...>",
-                )
-        mask = ops.cast(mask, "bool")
+    mask = _as_bool("mask", mask, "may attend")
     if rank == 2:
         mask = ops.expand_dims(ops.expand_dims(mask, 0), 0)
     elif rank == 3:
         mask = ops.expand_dims(mask, 1)
     return mask
+
+
+def _as_bool(name: str, mask, true_means: str):
+    """`mask` as booleans. 0 / 1 values read as False / True; any other value
+    is refused where the values are known (eagerly): an additive mask (0
+    where allowed, -inf where not) would read inverted."""
+    if mask.dtype == "bool":
+        return mask
+    if _backend.values_known(mask):
+        values = ops.convert_to_numpy(mask)
+        if not np.isin(values, (0, 1)).all():
+            raise _invalid(
+                name,
+                f"a boolean tensor (True: {true_means}), or 0 / 1 values "
+                "(an additive mask of 0 and -inf would read inverted)",
+                f"<tensor of dtype {mask.dtype} holding "
+                f"{np.unique(values)[:4].tolist()}...>",
+            )
+    return ops.cast(mask, "bool")
 
 
 def _check_padding_mask(padding_mask, batch, k_len) -> None:
@@ -284,6 +289,25 @@ def _check_query_offset(query_offset) -> None:
     dtype = str(getattr(value, "dtype", ""))
     if is_int or isinstance(value, bool) or rank != 0 or "int" not in dtype:
         raise _invalid("query_offset", expected, query_offset)
+
+
+def _check_last_position(query_offset, q_len) -> None:
+    """The last query's position, `query_offset + q_len - 1`, must fit in
+    int32 too (it wrapped to a negative position: every key hidden, zeros
+    out). Checked for an integer offset (a tensor's value is not read: it
+    may be traced, and reading it would cost a decoding step a sync)."""
+    offset = query_offset
+    if type(offset).__module__ == "numpy" and getattr(offset, "shape", None) == ():
+        offset = offset.item()
+    if q_len is None or not isinstance(offset, numbers.Integral):
+        return
+    if offset + q_len - 1 > _MAX_POSITION:
+        raise _invalid(
+            "query_offset",
+            f"at most 2**31 - q_len = {_MAX_POSITION - q_len + 1} for "
+            f"q_len={q_len} (the last query's position is int32)",
+            query_offset,
+        )
 
 
 def _seen_keys(query, key, mask, causal, sliding_window, query_offset):
@@ -421,7 +445,9 @@ def masked_softmax(logits, mask=None, axis=-1):
     Args:
         logits: A tensor of attention logits, e.g. `(batch, heads, q, k)`.
         mask: Optional boolean tensor broadcastable to `logits`; True = may
-            attend. Defaults to `None` (every entry allowed).
+            attend. 0 / 1 values read as False / True; other values (an
+            additive mask of 0 and -inf) are refused where known. Defaults
+            to `None` (every entry allowed).
         axis: The axis (an int or a tuple of ints) the weights sum to 1
             over. Defaults to `-1`.
 
@@ -454,7 +480,8 @@ def masked_softmax(logits, mask=None, axis=-1):
                 f"{tuple(logits.shape)}",
                 f"<tensor of shape {tuple(mask.shape)}>",
             )
-        logits = ops.where(ops.cast(mask, "bool"), logits, _f32(_MASKED_LOGIT))
+        mask = _as_bool("mask", mask, "may attend")
+        logits = ops.where(mask, logits, _f32(_MASKED_LOGIT))
     row_max = _row_max(logits, axis)
     weights = ops.exp(ops.subtract(logits, row_max))
     weights = ops.divide(weights, ops.sum(weights, axis=axis, keepdims=True))
@@ -1133,7 +1160,8 @@ def scaled_dot_product_attention(
             Defaults to `None` (every key visible).
         padding_mask: Optional boolean tensor `(batch, k_len)`, True at real
             keys, False at padding (a Keras mask, as `Embedding(mask_zero=True)`
-            makes it). Defaults to `None` (no padding).
+            makes it), or 0 / 1 values (other values are refused where
+            known). Defaults to `None` (no padding).
         scale: Positive float multiplying the logits before the softmax.
             Defaults to `None`, meaning `1 / sqrt(dim)`.
         causal: Boolean. If True, query `i` sees key `j` only when `j <= i`
@@ -1205,6 +1233,7 @@ def scaled_dot_product_attention(
         query, key, value = (ops.expand_dims(t, 2) for t in (query, key, value))
     batch, q_len, heads, dim = query.shape
     k_len = key.shape[1]
+    _check_last_position(query_offset, q_len)
     if scale is None:
         if dim is None:
             raise _invalid(
@@ -1221,12 +1250,7 @@ def scaled_dot_product_attention(
         if not isinstance(padding_mask, keras.KerasTensor):
             padding_mask = ops.convert_to_tensor(padding_mask)
         _check_padding_mask(padding_mask, batch, k_len)
-        if padding_mask.dtype != "bool":
-            padding_mask = ops.cast(padding_mask, "bool")
-    symbolic = (query, key, value, mask, padding_mask)
-    if any(isinstance(t, keras.KerasTensor) for t in symbolic):
-        spec = _SymbolicAttention(return_scores, squeezed)
-        return spec.symbolic_call(query, key, value)
+        padding_mask = _as_bool("padding_mask", padding_mask, "a real key")
     options = {
         "scale": scale,
         "causal": causal,
@@ -1237,6 +1261,14 @@ def scaled_dot_product_attention(
         "chunk_size": chunk_size,
         "flash_attention": flash_attention,
     }
+    symbolic = (query, key, value, mask, padding_mask, query_offset)
+    if any(isinstance(t, keras.KerasTensor) for t in symbolic):
+        # A node of a functional model, which runs this function on the
+        # tensors when the model runs; the refusals of the plan come then.
+        operation = _SymbolicAttention(squeezed, seed, **options)
+        return operation.symbolic_call(
+            query, key, value, mask, padding_mask, query_offset
+        )
     plan = _plan(query, key, value, mask, padding_mask, options)
     # After the plan, which refuses what cannot be honoured, even with no query.
     if 0 in (batch, q_len):  # None (a traced length) is not 0
@@ -1312,21 +1344,67 @@ def scaled_dot_product_attention(
     return output
 
 
+@keras.saving.register_keras_serializable(
+    package="keras_selfattn", name="scaled_dot_product_attention"
+)
 class _SymbolicAttention(keras.Operation):
-    """Output shapes of the kernel for symbolic (`keras.Input`) arguments."""
+    """The kernel called on symbolic (`keras.Input`) arguments: a node of a
+    functional model that runs `scaled_dot_product_attention` with the same
+    options on the tensors when the model runs, and that a `.keras` file
+    saves, as Keras's own `ops.dot_product_attention` is one.
 
-    def __init__(self, return_scores: bool, squeezed: bool):
-        super().__init__()
-        self.return_scores = return_scores
+    It gets the 4-D query, key and value and the normalized masks (the
+    squeezing of 3-D inputs is undone on the way out).
+    """
+
+    def __init__(self, squeezed: bool = False, seed=None, name=None, **options):
+        super().__init__(name=name)
         self.squeezed = squeezed
+        self.seed = seed
+        self.options = options
 
-    def compute_output_spec(self, query, key, value):
+    def get_config(self) -> dict:
+        seed = self.seed
+        if isinstance(seed, keras.random.SeedGenerator):
+            seed = keras.saving.serialize_keras_object(seed)
+        return {
+            "name": self.name,
+            "squeezed": self.squeezed,
+            "seed": seed,
+            **self.options,
+        }
+
+    @classmethod
+    def from_config(cls, config: dict):
+        config = dict(config)
+        if isinstance(config.get("seed"), dict):
+            config["seed"] = keras.saving.deserialize_keras_object(config["seed"])
+        return cls(**config)
+
+    def call(self, query, key, value, mask, padding_mask, query_offset):
+        result = scaled_dot_product_attention(
+            query,
+            key,
+            value,
+            mask,
+            padding_mask=padding_mask,
+            query_offset=query_offset,
+            seed=self.seed,
+            **self.options,
+        )
+        if not self.squeezed:
+            return result
+        if self.options["return_scores"]:
+            return ops.squeeze(result[0], 2), result[1]
+        return ops.squeeze(result, 2)
+
+    def compute_output_spec(self, query, key, value, *masks_and_offset):
         batch, q_len, heads = query.shape[:3]
         out_shape = (batch, q_len, heads, value.shape[-1])
         if self.squeezed:
             out_shape = (batch, q_len, value.shape[-1])
         output = keras.KerasTensor(out_shape, dtype=value.dtype)
-        if not self.return_scores:
+        if not self.options["return_scores"]:
             return output
         scores_shape = (batch, heads, q_len, key.shape[1])
         return output, keras.KerasTensor(scores_shape, dtype=query.dtype)

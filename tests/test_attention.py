@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 
 import keras
@@ -439,6 +441,31 @@ def test_an_additive_mask_is_refused_not_read_inverted(rng):
         scaled_dot_product_attention(q, q, q, additive)
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param([0.0, 0.0, -np.inf], id="additive"),
+        pytest.param([1, 0.5, 1], id="half"),
+    ],
+)
+def test_a_padding_mask_or_softmax_mask_of_other_values_is_refused(rng, values):
+    # They were cast to bool: the additive padding mask put all the weight
+    # on the padded keys, and masked_softmax gave [0, 0, 1] for [1, 2, 3].
+    q = _random(rng, 1, 3, 4)
+    padding = np.array([values], "float32")
+    with pytest.raises(ValueError, match=r"`padding_mask`.*would read inverted"):
+        scaled_dot_product_attention(q, q, q, padding_mask=padding)
+    logits = np.array([[1.0, 2.0, 3.0]], "float32")
+    with pytest.raises(ValueError, match=r"`mask`.*would read inverted"):
+        masked_softmax(logits, np.array([values], "float32"))
+    # 0 / 1 values still read as booleans.
+    ones = np.array([[1.0, 1.0, 0.0]], "float32")
+    np.testing.assert_array_equal(
+        to_numpy(scaled_dot_product_attention(q, q, q, padding_mask=ones)),
+        to_numpy(scaled_dot_product_attention(q, q, q, padding_mask=ones > 0)),
+    )
+
+
 # --------------------------------------------------------------- gradients
 
 
@@ -553,6 +580,59 @@ def test_symbolic_inputs_with_unknown_batch_and_length():
     assert tuple(weights.shape) == (None, 2, None, None)
 
 
+_LOAD_AND_PREDICT = """
+import sys, numpy as np, keras
+import keras_selfattn  # registers the kernel's operation; nothing else
+arrays = dict(np.load(sys.argv[2]))
+model = keras.models.load_model(sys.argv[1])
+got = model.predict([arrays[f"a{i}"] for i in range(5)], verbose=0)
+np.savez(sys.argv[3], *got)
+"""
+
+
+@pytest.mark.parametrize("rank", [3, 4], ids=["three_d", "four_d"])
+def test_a_functional_model_of_the_kernel_runs_it(rng, rank, tmp_path, subprocess_env):
+    # Called on keras.Input, the kernel gave a model that built and then
+    # raised NotImplementedError when run: its node had no `call`.
+    heads = () if rank == 3 else (2,)
+    q = _random(rng, 2, 5, *heads, 4)
+    v = _random(rng, 2, 6, *heads, 3)
+    mask = rng.random((2, 5, 6)) > 0.3
+    padding = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], bool)
+    inputs = [
+        keras.Input((5, *heads, 4)),
+        keras.Input((6, *heads, 4)),
+        keras.Input((6, *heads, 3)),
+        keras.Input((5, 6), dtype="bool"),
+        keras.Input((6,), dtype="bool"),
+    ]
+    options = dict(causal=True, query_offset=1, return_scores=True, scale=0.3)
+    out, weights = scaled_dot_product_attention(
+        *inputs[:3], inputs[3], padding_mask=inputs[4], **options
+    )
+    model = keras.Model(inputs, [out, weights])
+    arrays = [q, v[..., :1].repeat(4, -1), v, mask, padding]
+    got = model.predict(arrays, verbose=0)
+    want = scaled_dot_product_attention(
+        *arrays[:3], mask, padding_mask=padding, **options
+    )
+    for a, b, spec in zip(got, want, (out, weights), strict=True):
+        np.testing.assert_allclose(a, to_numpy(b), rtol=1e-6, atol=1e-7)
+        shape = zip(spec.shape, a.shape, strict=True)
+        assert a.shape == tuple(known or got for known, got in shape)
+    # Saved, and loaded in a fresh process with the options kept.
+    model.save(tmp_path / "kernel.keras")
+    np.savez(tmp_path / "in.npz", **{f"a{i}": a for i, a in enumerate(arrays)})
+    subprocess.run(
+        [sys.executable, "-c", _LOAD_AND_PREDICT, str(tmp_path / "kernel.keras"),
+         str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
+        check=True, env=subprocess_env, timeout=300,
+    )  # fmt: skip
+    loaded = np.load(tmp_path / "out.npz")
+    for i, a in enumerate(got):
+        np.testing.assert_array_equal(loaded[f"arr_{i}"], a)
+
+
 # ------------------------------------------------------------------- errors
 
 _BAD_CALLS = {
@@ -589,7 +669,23 @@ _BAD_CALLS = {
     # Positions are int32: these overflowed into wrong answers or crashes.
     "offset_past_int32": ({"causal": True, "query_offset": 2**31}, "`query_offset`"),
     "window_past_int32": ({"sliding_window": 2**31}, "`sliding_window`"),
+    # The last of the 3 queries at 2**31 + 1: it wrapped, every key hid, zeros.
+    "last_query_past_int32": (
+        {"causal": True, "query_offset": 2**31 - 1},
+        r"`query_offset`, expected at most 2\*\*31 - q_len = 2147483645",
+    ),
 }
+
+
+@pytest.mark.parametrize("path", ["plain", "chunked"])
+def test_the_largest_query_offset_sees_every_key(rng, path):
+    q, k, v = (_random(rng, 1, 3, 4) for _ in range(3))
+    options = {"chunk_size": 2} if path == "chunked" else {"flash_attention": False}
+    last = scaled_dot_product_attention(
+        q, k, v, causal=True, query_offset=np.int64(2**31 - 3), **options
+    )
+    expected = scaled_dot_product_attention(q, k, v, flash_attention=False)
+    np.testing.assert_allclose(to_numpy(last), to_numpy(expected), rtol=1e-6)
 
 
 @pytest.mark.backend_independent
