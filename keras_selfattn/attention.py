@@ -43,26 +43,35 @@ __all__ = [
 ]
 
 # The logit of a key that may not be attended to (or added to it, for a padded
-# key). The softmax runs in float32, and this constant only ever meets float32
-# tensors: `_f32` makes it a float32 tensor, whatever `keras.config.floatx()`
-# says (a Python float would follow floatx, and overflow in float16).
-# exp(_MASKED_LOGIT - m) is exactly 0 in float32 for any real logit m, and
-# twice the constant is still finite, so nothing becomes -inf or NaN.
+# key). The softmax runs in float32 (float64 for float64 inputs), and this
+# constant only ever meets such tensors: `_f32` makes it a tensor of that
+# dtype, whatever `keras.config.floatx()` says (a Python float would follow
+# floatx, and overflow in float16). exp(_MASKED_LOGIT - m) is exactly 0 in
+# float32 and float64 for any real logit m, and twice the constant is still
+# finite, so nothing becomes -inf or NaN.
 _MASKED_LOGIT = -0.3 * 3.4028235e38
 # Positions are int32: the largest query offset and sliding window.
 _MAX_POSITION = 2**31 - 1
 
 
-def _f32(value: float):
-    """A float32 scalar tensor (not a floatx one)."""
-    return ops.full((), value, dtype="float32")
+def _wide(dtype) -> str:
+    """The dtype the logits and the softmax run in for inputs of `dtype`:
+    float32, or float64 for float64 inputs (never narrower than them)."""
+    return (
+        "float64" if keras.backend.standardize_dtype(dtype) == "float64" else "float32"
+    )
 
 
-def _padding_bias(padding_mask):
-    """(B, Tk) padding mask -> (B, Tk) float32: 0 at real keys, the masked
+def _f32(value: float, dtype: str = "float32"):
+    """A scalar tensor of `dtype`, float32 by default (not a floatx one)."""
+    return ops.full((), value, dtype=dtype)
+
+
+def _padding_bias(padding_mask, dtype: str = "float32"):
+    """(B, Tk) padding mask -> (B, Tk) of `dtype`: 0 at real keys, the masked
     logit at padded ones (added to the logits: one fused pass)."""
-    padded = ops.cast(ops.logical_not(padding_mask), "float32")
-    return ops.multiply(padded, _f32(_MASKED_LOGIT))
+    padded = ops.cast(ops.logical_not(padding_mask), dtype)
+    return ops.multiply(padded, _f32(_MASKED_LOGIT, dtype))
 
 
 def _row_max(logits, axis=-1):
@@ -75,7 +84,7 @@ def _row_max(logits, axis=-1):
         return ops.max(logits, axis=axis, keepdims=True)
     axes = {a % len(shape) for a in ((axis,) if isinstance(axis, int) else axis)}
     reduced = tuple(1 if i in axes else d for i, d in enumerate(shape))
-    return ops.full(reduced, _MASKED_LOGIT, dtype="float32")
+    return ops.full(reduced, _MASKED_LOGIT, dtype=logits.dtype)
 
 
 def _sees_a_key(row_max):
@@ -83,7 +92,8 @@ def _sees_a_key(row_max):
     row with none has only masked logits, whose maximum is far below this.
     A NaN maximum (a NaN logit at a key the row sees) counts as a key, so
     the row comes out NaN, as the math gives, not zeros."""
-    return ops.logical_not(ops.less_equal(row_max, _f32(0.5 * _MASKED_LOGIT)))
+    limit = _f32(0.5 * _MASKED_LOGIT, keras.backend.standardize_dtype(row_max.dtype))
+    return ops.logical_not(ops.less_equal(row_max, limit))
 
 
 def _validate_shapes(query, key, value) -> None:
@@ -394,21 +404,23 @@ def _plain_attention(
     allowed key are fixed afterwards, on the output and the scores only.
     """
     compute_dtype = query.dtype
-    # Q·Kᵀ and the softmax run in float32: a float16 Q·Kᵀ overflows as soon
-    # as a logit passes 65504, and bfloat16 logits carry only 8 bits.
-    if compute_dtype != "float32":
-        query = ops.cast(query, "float32")
-        key = ops.cast(key, "float32")
+    # Q·Kᵀ and the softmax run in float32 (float64 for float64): a float16
+    # Q·Kᵀ overflows as soon as a logit passes 65504, and bfloat16 logits
+    # carry only 8 bits.
+    wide = _wide(compute_dtype)
+    if compute_dtype != wide:
+        query = ops.cast(query, wide)
+        key = ops.cast(key, wide)
     groups = query.shape[2] // key.shape[2]
-    query = _split_heads(ops.multiply(query, ops.cast(scale, "float32")), 2, groups)
+    query = _split_heads(ops.multiply(query, _f32(scale, wide)), 2, groups)
     logits = _merge_heads(ops.einsum("bqhgd,bkhd->bhgqk", query, key), 1)
     if padding_mask is not None:
         # The bias first: Keras's TensorFlow `add` takes a second argument that
         # squeezes to one axis for a bias of the first one's axis 1 or last
         # axis, which a (B, 1, 1, 1) bias is when B == heads (one key).
-        logits = ops.add(_padding_bias(padding_mask)[:, None, None, :], logits)
+        logits = ops.add(_padding_bias(padding_mask, wide)[:, None, None, :], logits)
     if mask is not None:
-        logits = ops.where(mask, logits, _f32(_MASKED_LOGIT))
+        logits = ops.where(mask, logits, _f32(_MASKED_LOGIT, wide))
     if logits.shape[-1] == 1:  # one key: ops.softmax warns "always 1"
         weights = ops.exp(ops.subtract(logits, logits))  # 1, NaN where not finite
     else:
@@ -437,7 +449,8 @@ def _plain_attention(
 def masked_softmax(logits, mask=None, axis=-1):
     """The kernel's softmax on its own, for code that computes its logits.
 
-    Runs in float32 and comes back in the dtype of `logits`. Where `mask`
+    Runs in float32 (float64 for float64 logits) and comes back in the dtype
+    of `logits`. Where `mask`
     is False the weight is exactly 0; a row with no allowed entry is all
     zeros (never NaN, never uniform). `keras_selfattn.MultiHeadAttention.
     _masked_softmax`, the hook that subclasses of Keras's layer call, uses it.
@@ -469,7 +482,8 @@ def masked_softmax(logits, mask=None, axis=-1):
         raise _invalid(
             "logits", "a floating-point tensor", f"<tensor of dtype {dtype}>"
         )
-    logits = ops.cast(logits, "float32")
+    wide = _wide(dtype)
+    logits = ops.cast(logits, wide)
     if mask is not None:
         if not isinstance(mask, keras.KerasTensor):
             mask = ops.convert_to_tensor(mask)
@@ -481,12 +495,12 @@ def masked_softmax(logits, mask=None, axis=-1):
                 f"<tensor of shape {tuple(mask.shape)}>",
             )
         mask = _as_bool("mask", mask, "may attend")
-        logits = ops.where(mask, logits, _f32(_MASKED_LOGIT))
+        logits = ops.where(mask, logits, _f32(_MASKED_LOGIT, wide))
     row_max = _row_max(logits, axis)
     weights = ops.exp(ops.subtract(logits, row_max))
     weights = ops.divide(weights, ops.sum(weights, axis=axis, keepdims=True))
     if mask is not None:
-        weights = ops.multiply(weights, ops.cast(_sees_a_key(row_max), "float32"))
+        weights = ops.multiply(weights, ops.cast(_sees_a_key(row_max), wide))
     return ops.cast(weights, dtype)
 
 
@@ -508,7 +522,8 @@ def _mask_block(s, bias, keep):
     if bias is not None:
         s = ops.add(bias, s)  # the bias first: see `_plain_attention`
     if keep is not None:
-        s = ops.where(keep, s, _f32(_MASKED_LOGIT))
+        dtype = keras.backend.standardize_dtype(s.dtype)
+        s = ops.where(keep, s, _f32(_MASKED_LOGIT, dtype))
     return s
 
 
@@ -568,8 +583,8 @@ def _chunked_attention(
     cut into blocks; the causal and sliding-window rules are applied per
     block, from indices (query `i` at key position `i + query_offset`). So
     no (q_len, k_len) tensor is ever built, and none from padding at all.
-    Everything runs in float32 and the output comes back in the dtype of
-    `value`.
+    Everything runs in float32 (float64 for a float64 query) and the output
+    comes back in the dtype of `value`.
 
     The queries are held as (B, kv_heads, groups, Tq, D), so that grouped
     `key` and `value` heads (fewer than the query's) are contracted as they
@@ -583,15 +598,17 @@ def _chunked_attention(
     num_blocks = -(-k_len // size)
     padding = num_blocks * size - k_len
 
+    wide = _wide(query.dtype)
+
     def blocks(x):
-        """(B, Tk, Hkv, D) -> (num_blocks, B, Hkv, size, D), float32."""
-        x = ops.cast(x, "float32")
+        """(B, Tk, Hkv, D) -> (num_blocks, B, Hkv, size, D), float32 (or 64)."""
+        x = ops.cast(x, wide)
         if padding:
             x = ops.pad(x, ((0, 0), (0, padding), (0, 0), (0, 0)))
         x = ops.reshape(x, (-1, num_blocks, size, *x.shape[2:]))
         return ops.transpose(x, (1, 0, 3, 2, 4))
 
-    q = ops.multiply(ops.cast(query, "float32"), ops.cast(scale, "float32"))
+    q = ops.multiply(ops.cast(query, wide), _f32(scale, wide))
     q = ops.transpose(_split_heads(q, 2, groups), (0, 2, 3, 1, 4))
     k_blocks, v_blocks = blocks(key), blocks(value)
     # Where each block's keys start, counted from the first query's position:
@@ -628,7 +645,7 @@ def _chunked_attention(
         )
         if padding:
             real = ops.pad(real, ((0, 0), (0, padding)), constant_values=False)
-        bias = _padding_bias(real)
+        bias = _padding_bias(real, wide)
         lead = ops.shape(bias)[0]  # Dynamic where unknown.
         bias = ops.reshape(bias, (lead, num_blocks, 1, 1, 1, size))
         bias_blocks = ops.transpose(bias, (1, 0, 2, 3, 4, 5))
@@ -679,9 +696,9 @@ def _chunked_attention(
 
         column = ops.zeros_like(q[..., :1])
         init = (
-            ops.add(column, _f32(_MASKED_LOGIT)),
+            ops.add(column, _f32(_MASKED_LOGIT, wide)),
             column,
-            ops.multiply(column, ops.zeros((value_dim,), "float32")),
+            ops.multiply(column, ops.zeros((value_dim,), wide)),
         )
         (running_max, running_sum, acc), _ = _backend.scan_blocks(
             step, init, (k_blocks, v_blocks, *xs[2:]), (), work
@@ -692,7 +709,7 @@ def _chunked_attention(
         seen = _sees_a_key(running_max)
         out = ops.where(seen, ops.divide(acc, running_sum), 0.0)
         lse = ops.where(
-            seen, ops.add(running_max, ops.log(running_sum)), _f32(-_MASKED_LOGIT)
+            seen, ops.add(running_max, ops.log(running_sum)), _f32(-_MASKED_LOGIT, wide)
         )
         return out, lse
 
@@ -714,8 +731,8 @@ def _chunked_attention(
             return (d_q,), (d_k, d_v)
 
         specs = (
-            ((None, kv_heads, size, dim), "float32"),
-            ((None, kv_heads, size, value_dim), "float32"),
+            ((None, kv_heads, size, dim), wide),
+            ((None, kv_heads, size, value_dim), wide),
         )
         (d_q,), (d_k, d_v) = _backend.scan_blocks(
             step, (ops.zeros_like(q),), (k_blocks, v_blocks, *xs[2:]), specs, work
@@ -1106,9 +1123,11 @@ def scaled_dot_product_attention(
 
     The logits Q Kᵀ are multiplied by `scale` before the softmax; `scale`
     defaults to `1 / sqrt(d_k)`, where `d_k` is `dim`, the size of one key
-    vector of one head. Q Kᵀ and the softmax run in float32 whatever the input
-    dtype, so float16 and bfloat16 inputs neither overflow nor lose the
-    logits' precision; the output comes back in the input dtype. (The
+    vector of one head. Q Kᵀ and the softmax run in float32 for float32 and
+    narrower inputs, so float16 and bfloat16 inputs neither overflow nor lose
+    the logits' precision, and in float64 for float64 inputs (exact to
+    float64 rounding on TensorFlow; on JAX and PyTorch Keras computes 64-bit
+    dtypes in 32 bits); the output comes back in the input dtype. (The
     backend's fused kernel is used for half-precision inputs only on an
     accelerator, whose kernels accumulate in float32; on a CPU the kernel
     takes its own float32 paths.)

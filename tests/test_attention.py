@@ -485,6 +485,40 @@ def test_gradients_are_finite_with_fully_masked_rows(rng):
     np.testing.assert_array_equal(grads[0][0, 1], 0.0)
 
 
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="Keras computes 64-bit dtypes in 32 bits on JAX and PyTorch "
+    "(keras.backend.result_type('float64', 'float64') is float32 there)",
+)
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param({"flash_attention": False}, id="plain"),
+        pytest.param({"chunk_size": 3}, id="chunked"),
+    ],
+)
+def test_float64_inputs_are_computed_in_float64(rng, options):
+    # They were computed in float32: errors of 1e-6 where float64 gives 1e-15.
+    q = rng.normal(size=(2, 7, 4, 8)) * 3
+    k, v = (rng.normal(size=(2, 7, 2, 8)) * 3 for _ in range(2))
+    mask = rng.random((2, 7, 7)) > 0.2
+    padding = np.arange(7) < np.array([[5], [7]])
+    got = scaled_dot_product_attention(
+        q, k, v, mask, padding_mask=padding, causal=True, **options
+    )
+    expected, _ = reference_attention(q, k, v, mask & padding[:, None], causal=True)
+    assert keras.backend.standardize_dtype(got.dtype) == "float64"
+    np.testing.assert_allclose(to_numpy(got), expected, rtol=0, atol=1e-12)
+    logits = rng.normal(size=(3, 5)) * 30
+    weights = np.exp(logits - logits.max(-1, keepdims=True))
+    np.testing.assert_allclose(
+        to_numpy(masked_softmax(logits)),
+        weights / weights.sum(-1, keepdims=True),
+        rtol=0,
+        atol=1e-15,
+    )
+
+
 def test_gradients_match_numpy_finite_differences(rng):
     q, k, v = (_random(rng, 1, 3, 2).astype("float64") for _ in range(3))
 
