@@ -59,9 +59,11 @@ def check_bool(argument: str, value: Any, allow_none=False) -> None:
 MAX_SEED = 2**31 - 1
 
 
-def check_seed(value: Any) -> None:
-    """A dropout seed: `None` or an integer in `[0, MAX_SEED]`."""
+def check_seed(value: Any) -> int | None:
+    """A dropout seed: `None` or an integer in `[0, MAX_SEED]`. Returns it as
+    a Python int (Keras's `SeedGenerator` refuses NumPy's), or None."""
     check_int_in_range("seed", value, 0, MAX_SEED, allow_none=True)
+    return None if value is None else int(value)
 
 
 def check_rate(argument: str, value: Any) -> None:

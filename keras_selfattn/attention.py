@@ -1236,7 +1236,7 @@ def scaled_dot_product_attention(
     check_rate("dropout", dropout)
     check_bool("training", training, allow_none=True)
     if not isinstance(seed, keras.random.SeedGenerator):
-        check_seed(seed)
+        seed = check_seed(seed)  # a Python int: Keras's random ops' type
     check_bool("return_scores", return_scores)
     check_bool("flash_attention", flash_attention, allow_none=True)
     check_paths(chunk_size, flash_attention, dropout if training else 0.0)

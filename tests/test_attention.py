@@ -599,6 +599,13 @@ def test_dropout_drops_weights_and_rescales_the_rest(rng):
         scaled_dot_product_attention(q, k, v, dropout=0.25, training=True, seed=7)
     )
     np.testing.assert_array_equal(dropped, again)
+    # A NumPy seed is the same seed (Keras's random ops refused it).
+    numpy_seed = to_numpy(
+        scaled_dot_product_attention(
+            q, k, v, dropout=0.25, training=True, seed=np.int64(7)
+        )
+    )
+    np.testing.assert_array_equal(dropped, numpy_seed)
 
 
 # --------------------------------------------------------------- symbolic use

@@ -16,6 +16,7 @@ from keras_selfattn._validation import (
     MAX_SEED,
     check_known_last_dim,
     check_rank,
+    check_seed,
     invalid,
 )
 from keras_selfattn.layers._common import (
@@ -67,7 +68,7 @@ class TransformerBlock(keras.layers.Layer):
         )
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
-        self.seed = seed
+        self.seed = check_seed(seed)  # a Python int, as Keras's layers take
         self.supports_masking = True
 
     @staticmethod

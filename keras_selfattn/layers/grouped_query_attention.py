@@ -9,6 +9,7 @@ from keras import ops
 
 from keras_selfattn._validation import (
     check_positive_int,
+    check_seed,
     invalid,
 )
 from keras_selfattn.attention import masked_softmax, scaled_dot_product_attention
@@ -213,6 +214,7 @@ class GroupQueryAttention(KernelAttention, _Base):
         )  # fmt: skip
         # Keras's constructor takes only Python integers (ours NumPy's too).
         sliding_window = None if sliding_window is None else int(sliding_window)
+        seed = check_seed(seed)
         super().__init__(
             head_dim=head_dim,
             num_query_heads=num_query_heads,

@@ -10,6 +10,7 @@ from keras import ops
 
 from keras_selfattn._validation import (
     check_positive_int,
+    check_seed,
     invalid,
 )
 from keras_selfattn.attention import masked_softmax, scaled_dot_product_attention
@@ -201,6 +202,7 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
         )  # fmt: skip
         # Keras's constructor takes only Python integers (ours NumPy's too).
         num_heads, key_dim = int(num_heads), int(key_dim)
+        seed = check_seed(seed)
         value_dim = None if value_dim is None else int(value_dim)
         sliding_window = None if sliding_window is None else int(sliding_window)
         newer = _for_this_keras(

@@ -131,7 +131,7 @@ class AttentionPooling(keras.layers.Layer):
         check_rate("dropout", dropout)
         check_non_negative_float("entropy_penalty", entropy_penalty)
         check_positive_float("scale", scale, allow_none=True)
-        check_seed(seed)
+        seed = check_seed(seed)  # a Python int: Keras's SeedGenerator's type
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.key_dim = key_dim

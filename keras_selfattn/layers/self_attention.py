@@ -156,7 +156,7 @@ class SelfAttention(keras.layers.Layer):
         check_bool("causal", causal)
         check_positive_int("sliding_window", sliding_window, allow_none=True)
         check_positive_float("scale", scale, allow_none=True)
-        check_seed(seed)
+        seed = check_seed(seed)  # a Python int: Keras's SeedGenerator's type
         check_paths(chunk_size, dropout=dropout)
         super().__init__(activity_regularizer=activity_regularizer, **kwargs)
         self.units = units

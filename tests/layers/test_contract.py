@@ -404,6 +404,30 @@ def test_every_constructor_argument_round_trips_through_get_config(case):
         json.dumps(config)  # serializable as is
 
 
+seeded_cases = _params([c for c in CASES if "seed" in c.arguments])
+
+
+@seeded_cases
+def test_a_numpy_seed_seeds_the_dropout(case, rng):
+    # Accepted by our checks, it then met Keras's SeedGenerator, which takes
+    # Python integers only ("Argument `seed` must be an integer").
+    cls = case.layer_class
+    required = {
+        p.name: case.arguments[p.name]
+        for p in _constructor_arguments(cls)
+        if p.default is p.empty
+    }
+    dropout = {"dropout": case.arguments["dropout"]}
+    x = _data(case, rng)
+    outputs = []
+    for seed in (np.int64(5), 5):
+        keras.utils.set_random_seed(0)
+        layer = cls(**required, **dropout, seed=seed)
+        assert type(layer.get_config()["seed"]) is int
+        outputs.append(to_numpy(case.apply(layer, x, training=True)))
+    np.testing.assert_array_equal(*outputs)
+
+
 @pytest.mark.backend_independent
 @all_cases
 def test_no_attribute_shadows_a_keras_layer_attribute(case, rng):
