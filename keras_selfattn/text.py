@@ -245,8 +245,8 @@ class BigramEmbedding(keras.layers.Layer):
     the model can read word pairs such as "not good". No bigram ends at
     position 0: it gets the vector of id 0 (`TextVectorization`'s padding
     id, which no real bigram has), so that vector learns a start of text.
-    Padded positions (from the Keras mask of `inputs`) stay
-    zero and the mask is handed on.
+    Padded positions (from the Keras mask of `inputs`) come out zero,
+    whatever `inputs` holds there, and the mask is handed on.
 
     Args:
         vocabulary_size: Positive integer, the number of bigram ids.
@@ -322,8 +322,8 @@ class BigramEmbedding(keras.layers.Layer):
         ids = ops.pad(bigram_ids, [[0, 0], [1, 0]])[:, :length]
         ids = ops.pad(ids, [[0, 0], [0, length - ops.shape(ids)[1]]])
         vectors = embedded_ids(self.embedding, ids, "bigram_ids")
-        vectors = zero_padded(vectors, mask)
-        return ops.add(inputs, ops.cast(vectors, inputs.dtype))
+        # Zeros at padding, whatever `inputs` holds there (a select).
+        return zero_padded(ops.add(inputs, ops.cast(vectors, inputs.dtype)), mask)
 
     def compute_mask(self, inputs, mask=None):
         return mask

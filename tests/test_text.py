@@ -108,7 +108,7 @@ def test_bigram_embedding_is_shifted_masked_and_hands_the_mask_on():
     np.testing.assert_allclose(out[0, 0], 1 + table[0])  # no bigram ends at 0
     np.testing.assert_allclose(out[0, 1:], 1 + table[[5, 6, 7]], rtol=1e-6)
     np.testing.assert_allclose(out[1, 1], 1 + table[8], rtol=1e-6)
-    np.testing.assert_allclose(out[1, 2:], 1.0)  # padded: nothing added
+    np.testing.assert_array_equal(out[1, 2:], 0.0)  # padded: zeros, as every layer
     assert layer.compute_mask(tokens, mask) is mask
     clone = BigramEmbedding.from_config(layer.get_config())
     assert clone.get_config() == layer.get_config()
@@ -141,6 +141,18 @@ def test_bigram_embedding_reads_the_keras_mask_of_its_inputs():
         layer(TokenAndPositionEmbedding(20, 8, 4)(rows[0]), rows[1])
     )
     np.testing.assert_array_equal(eager[0, 3:], 0.0)
+
+
+def test_bigram_embedding_zeros_padding_whatever_the_inputs_hold():
+    # Only the added bigram vector was zeroed: NaN in the inputs' padding
+    # came out as NaN.
+    inputs = np.ones((1, 4, 3), "float32")
+    inputs[0, 2:] = [[np.nan, np.inf, 5.0], [-np.inf, 7.0, np.nan]]
+    mask = np.array([[True, True, False, False]])
+    layer = BigramEmbedding(10, 3, embeddings_initializer="ones")
+    got = keras.ops.convert_to_numpy(layer(inputs, np.array([[2, 3, 4]]), mask=mask))
+    np.testing.assert_array_equal(got[0, 2:], 0.0)
+    np.testing.assert_array_equal(got[0, :2], 2.0)  # ones plus a ones vector
 
 
 @pytest.mark.parametrize(
