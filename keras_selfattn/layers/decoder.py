@@ -295,19 +295,29 @@ class TransformerDecoder(TransformerBlock):
         return padding
 
     @staticmethod
-    def _merged_mask(padding, attention_mask, argument: str):
+    def _merged_mask(padding, attention_mask, argument: str, shape: tuple):
         """keras-hub's `merge_padding_and_attention_mask`, as booleans: the
-        padding as a `(batch, 1, length)` key mask and the attention mask."""
+        padding as a `(batch, 1, length)` key mask and the attention mask,
+        which must broadcast to `shape`, `(batch, target_length,
+        source_length)` (None where unknown)."""
         mask = None if padding is None else padding[:, None, :]
         if attention_mask is None:
             return mask
         attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
-        check_rank(
+        name, layout = (
             f"{argument}_attention_mask",
-            attention_mask.shape,
-            3,
             "(batch, target_length, source_length)",
         )
+        check_rank(name, attention_mask.shape, 3, layout)
+        if not all(
+            got in (None, 1, want) or want is None
+            for got, want in zip(attention_mask.shape, shape, strict=True)
+        ):
+            raise invalid(
+                name,
+                f"a boolean tensor of shape {layout} = {tuple(shape)}",
+                f"<tensor of shape {tuple(attention_mask.shape)}>",
+            )
         return combined_masks(mask, attention_mask)
 
     # ------------------------------------------------------------- calling
@@ -351,14 +361,21 @@ class TransformerDecoder(TransformerBlock):
         # attention layer counts the causal rows from the update index (the
         # kernel's `query_offset`).
         self_masks = {}
+        batch, length = decoder_sequence.shape[:2]
+        keys = length if self_attention_cache is None else self_attention_cache.shape[2]
+        self_shape = (batch, length, keys)
         if padding is not None and self_attention_cache is None:
             check_keras_mask("decoder_padding_mask", padding, decoder_sequence)
             # Padding may hold NaN or inf: zeroed (a select) up front.
             decoder_sequence = zero_padded(decoder_sequence, padding)
             self_masks = {"query_mask": padding, "value_mask": padding}
-            self_mask = self._merged_mask(None, decoder_attention_mask, "decoder")
+            self_mask = self._merged_mask(
+                None, decoder_attention_mask, "decoder", self_shape
+            )
         else:
-            self_mask = self._merged_mask(padding, decoder_attention_mask, "decoder")
+            self_mask = self._merged_mask(
+                padding, decoder_attention_mask, "decoder", self_shape
+            )
 
         def attend_self(x):
             return self._self_attention_layer(
@@ -383,7 +400,10 @@ class TransformerDecoder(TransformerBlock):
                 encoder_sequence, encoder_padding_mask, "encoder"
             )
             cross_mask = self._merged_mask(
-                encoder_padding, encoder_attention_mask, "encoder"
+                encoder_padding,
+                encoder_attention_mask,
+                "encoder",
+                (batch, length, encoder_sequence.shape[1]),
             )
             cross_masks = {}
             if cross_attention_cache is None:

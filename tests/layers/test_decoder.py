@@ -31,6 +31,36 @@ def test_bad_inputs():
         )
 
 
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        pytest.param(
+            {"decoder_attention_mask": np.ones((1, 3, 4), bool)},
+            r"`decoder_attention_mask`, expected .* = \(1, 4, 4\).*\(1, 3, 4\)",
+            id="decoder",
+        ),
+        pytest.param(
+            {"encoder_sequence": np.zeros((1, 6, 8), "float32"),
+             "encoder_attention_mask": np.ones((1, 4, 5), bool)},
+            r"`encoder_attention_mask`, expected .* = \(1, 4, 6\)",
+            id="encoder",
+        ),
+        pytest.param(
+            {"decoder_attention_mask": np.ones((1, 4, 4), bool),
+             "self_attention_cache": np.zeros((1, 2, 7, 2, 4), "float32"),
+             "self_attention_cache_update_index": 0},
+            r"`decoder_attention_mask`, expected .* = \(1, 4, 7\)",
+            id="decoder_with_cache",
+        ),
+    ],
+)  # fmt: skip
+def test_an_attention_mask_of_the_wrong_lengths_is_named(call, message):
+    # It was named `attention_mask`, the inner layer's argument.
+    x = np.zeros((1, 4, 8), "float32")
+    with pytest.raises(ValueError, match=message):
+        TransformerDecoder(8, num_heads=2)(x, **call)
+
+
 @pytest.mark.backend_independent
 @pytest.mark.parametrize(
     "encoder_shape, weights",
