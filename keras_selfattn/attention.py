@@ -44,7 +44,7 @@ __all__ = [
 
 # The logit of a key that may not be attended to (or added to it, for a padded
 # key). The softmax runs in float32 (float64 for float64 inputs), and this
-# constant only ever meets such tensors: `_f32` makes it a tensor of that
+# constant only ever meets such tensors: `_constant` makes it a tensor of that
 # dtype, whatever `keras.config.floatx()` says (a Python float would follow
 # floatx, and overflow in float16). exp(_MASKED_LOGIT - m) is exactly 0 in
 # float32 and float64 for any real logit m, and twice the constant is still
@@ -62,7 +62,7 @@ def _wide(dtype) -> str:
     )
 
 
-def _f32(value: float, dtype: str = "float32"):
+def _constant(value: float, dtype: str = "float32"):
     """A scalar tensor of `dtype`, float32 by default (not a floatx one)."""
     return ops.full((), value, dtype=dtype)
 
@@ -71,7 +71,7 @@ def _padding_bias(padding_mask, dtype: str = "float32"):
     """(B, Tk) padding mask -> (B, Tk) of `dtype`: 0 at real keys, the masked
     logit at padded ones (added to the logits: one fused pass)."""
     padded = ops.cast(ops.logical_not(padding_mask), dtype)
-    return ops.multiply(padded, _f32(_MASKED_LOGIT, dtype))
+    return ops.multiply(padded, _constant(_MASKED_LOGIT, dtype))
 
 
 def _row_max(logits, axis=-1):
@@ -92,7 +92,9 @@ def _sees_a_key(row_max):
     row with none has only masked logits, whose maximum is far below this.
     A NaN maximum (a NaN logit at a key the row sees) counts as a key, so
     the row comes out NaN, as the math gives, not zeros."""
-    limit = _f32(0.5 * _MASKED_LOGIT, keras.backend.standardize_dtype(row_max.dtype))
+    limit = _constant(
+        0.5 * _MASKED_LOGIT, keras.backend.standardize_dtype(row_max.dtype)
+    )
     return ops.logical_not(ops.less_equal(row_max, limit))
 
 
@@ -412,7 +414,7 @@ def _plain_attention(
         query = ops.cast(query, wide)
         key = ops.cast(key, wide)
     groups = query.shape[2] // key.shape[2]
-    query = _split_heads(ops.multiply(query, _f32(scale, wide)), 2, groups)
+    query = _split_heads(ops.multiply(query, _constant(scale, wide)), 2, groups)
     logits = _merge_heads(ops.einsum("bqhgd,bkhd->bhgqk", query, key), 1)
     if padding_mask is not None:
         # The bias first: Keras's TensorFlow `add` takes a second argument that
@@ -420,7 +422,7 @@ def _plain_attention(
         # axis, which a (B, 1, 1, 1) bias is when B == heads (one key).
         logits = ops.add(_padding_bias(padding_mask, wide)[:, None, None, :], logits)
     if mask is not None:
-        logits = ops.where(mask, logits, _f32(_MASKED_LOGIT, wide))
+        logits = ops.where(mask, logits, _constant(_MASKED_LOGIT, wide))
     if logits.shape[-1] == 1:  # one key: ops.softmax warns "always 1"
         weights = ops.exp(ops.subtract(logits, logits))  # 1, NaN where not finite
     else:
@@ -450,10 +452,10 @@ def masked_softmax(logits, mask=None, axis=-1):
     """The kernel's softmax on its own, for code that computes its logits.
 
     Runs in float32 (float64 for float64 logits) and comes back in the dtype
-    of `logits`. Where `mask`
-    is False the weight is exactly 0; a row with no allowed entry is all
-    zeros (never NaN, never uniform). `keras_selfattn.MultiHeadAttention.
-    _masked_softmax`, the hook that subclasses of Keras's layer call, uses it.
+    of `logits`. Where `mask` is False the weight is exactly 0; a row with
+    no allowed entry is all zeros (never NaN, never uniform).
+    `keras_selfattn.MultiHeadAttention._masked_softmax`, the hook that
+    subclasses of Keras's layer call, uses it.
 
     Args:
         logits: A tensor of attention logits, e.g. `(batch, heads, q, k)`.
@@ -495,7 +497,7 @@ def masked_softmax(logits, mask=None, axis=-1):
                 f"<tensor of shape {tuple(mask.shape)}>",
             )
         mask = _as_bool("mask", mask, "may attend")
-        logits = ops.where(mask, logits, _f32(_MASKED_LOGIT, wide))
+        logits = ops.where(mask, logits, _constant(_MASKED_LOGIT, wide))
     row_max = _row_max(logits, axis)
     weights = ops.exp(ops.subtract(logits, row_max))
     weights = ops.divide(weights, ops.sum(weights, axis=axis, keepdims=True))
@@ -523,7 +525,7 @@ def _mask_block(s, bias, keep):
         s = ops.add(bias, s)  # the bias first: see `_plain_attention`
     if keep is not None:
         dtype = keras.backend.standardize_dtype(s.dtype)
-        s = ops.where(keep, s, _f32(_MASKED_LOGIT, dtype))
+        s = ops.where(keep, s, _constant(_MASKED_LOGIT, dtype))
     return s
 
 
@@ -608,7 +610,7 @@ def _chunked_attention(
         x = ops.reshape(x, (-1, num_blocks, size, *x.shape[2:]))
         return ops.transpose(x, (1, 0, 3, 2, 4))
 
-    q = ops.multiply(ops.cast(query, wide), _f32(scale, wide))
+    q = ops.multiply(ops.cast(query, wide), _constant(scale, wide))
     q = ops.transpose(_split_heads(q, 2, groups), (0, 2, 3, 1, 4))
     k_blocks, v_blocks = blocks(key), blocks(value)
     # Where each block's keys start, counted from the first query's position:
@@ -696,7 +698,7 @@ def _chunked_attention(
 
         column = ops.zeros_like(q[..., :1])
         init = (
-            ops.add(column, _f32(_MASKED_LOGIT, wide)),
+            ops.add(column, _constant(_MASKED_LOGIT, wide)),
             column,
             ops.multiply(column, ops.zeros((value_dim,), wide)),
         )
@@ -709,7 +711,9 @@ def _chunked_attention(
         seen = _sees_a_key(running_max)
         out = ops.where(seen, ops.divide(acc, running_sum), 0.0)
         lse = ops.where(
-            seen, ops.add(running_max, ops.log(running_sum)), _f32(-_MASKED_LOGIT, wide)
+            seen,
+            ops.add(running_max, ops.log(running_sum)),
+            _constant(-_MASKED_LOGIT, wide),
         )
         return out, lse
 
