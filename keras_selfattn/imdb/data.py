@@ -337,11 +337,17 @@ def _read_folder_split(root: Path, split: str) -> tuple[list[str], np.ndarray]:
         folder = root / split / name
         if not folder.is_dir():
             raise DataError(f"{root} is not an aclImdb folder: {folder} is missing")
+        found = 0
         for path in sorted(folder.glob("*.txt")):
-            texts.append(clean(path.read_text(encoding="utf-8", errors="replace")))
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError as error:  # a folder named *.txt, a dangling link
+                raise DataError(f"cannot read {path}: {error.strerror}") from None
+            texts.append(clean(text))
             labels.append(label)
-    if not texts:
-        raise DataError(f"{root / split} has no .txt reviews")
+            found += 1
+        if not found:  # one class alone trains a model that says it always
+            raise DataError(f"{folder} has no .txt reviews")
     # Interleave the classes with the same hash order as the bundled data.
     order = sorted(range(len(texts)), key=lambda i: _order_key(texts[i], i))
     return [texts[i] for i in order], np.array(

@@ -241,6 +241,12 @@ class TrainConfig:
             raise invalid(
                 "out", f"a `.keras` file this user can write (here: {reason})", self.out
             )
+        backup = Path(f"{self.out}.backup")
+        if backup.exists() and not backup.is_dir():  # found after loading, before
+            raise invalid(
+                "out", f"a path whose {backup.name} (the checkpoints) is a folder "
+                "or absent, not a file", self.out,
+            )  # fmt: skip
         if self.tensorboard is not None and Path(self.tensorboard).is_file():
             raise invalid("tensorboard", "a folder path, not a file", self.tensorboard)
         check_one_of("mixed_precision", self.mixed_precision, (False, True))

@@ -85,6 +85,19 @@ def test_folder_loader_missing_part(tmp_path):
         data.load_folder(tmp_path)
 
 
+def test_folder_loader_refuses_one_class_and_unreadable_reviews(tmp_path):
+    # One class trained a model that always says it (exit 0, accuracy 0.5);
+    # an unreadable entry was a raw IsADirectoryError (exit 1).
+    write_reviews(tmp_path, "train", {"pos": ["a", "c"], "neg": []})
+    write_reviews(tmp_path, "test", {"pos": ["a"], "neg": ["b"]})
+    with pytest.raises(data.DataError, match=r"train/neg has no \.txt reviews"):
+        data.load_folder(tmp_path)
+    (tmp_path / "train" / "neg" / "0_2.txt").write_text("b", encoding="utf-8")
+    (tmp_path / "test" / "neg" / "folder.txt").mkdir()
+    with pytest.raises(data.DataError, match=r"cannot read .*folder\.txt: Is a dir"):
+        data.load_folder(tmp_path)
+
+
 def test_keras_loader_decodes_with_word_index(tmp_path, monkeypatch):
     """A fake imdb.npz and word index in a temporary KERAS_HOME."""
     datasets = tmp_path / "datasets"

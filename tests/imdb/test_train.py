@@ -136,6 +136,9 @@ def test_config_errors_say_what_is_expected(tmp_path):
     (tmp_path / "old.keras").write_bytes(b"an earlier model")
     TrainConfig(out=tmp_path / "old.keras")
     assert (tmp_path / "old.keras").read_bytes() == b"an earlier model"
+    (tmp_path / "m.keras.backup").write_text("")
+    with pytest.raises(ValueError, match=r"m\.keras\.backup \(the checkpoints\)"):
+        TrainConfig(out=tmp_path / "m.keras")
     with pytest.raises(ValueError, match="expected a non-negative, finite float"):
         TrainConfig(pooling_entropy=-1.0)
     with pytest.raises(ValueError, match=r"a divisor of embed_dim=64.*num_heads=3"):
