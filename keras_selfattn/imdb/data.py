@@ -348,11 +348,15 @@ def _read_folder_split(root: Path, split: str) -> tuple[list[str], np.ndarray]:
             found += 1
         if not found:  # one class alone trains a model that says it always
             raise DataError(f"{folder} has no .txt reviews")
-    # Interleave the classes with the same hash order as the bundled data.
+    return _interleaved(texts, labels)
+
+
+def _interleaved(texts: list[str], labels) -> tuple[list[str], np.ndarray]:
+    """The reviews in the hash order of the bundled data: the classes
+    interleaved, so that `--limit` and the validation tail hold both."""
     order = sorted(range(len(texts)), key=lambda i: _order_key(texts[i], i))
-    return [texts[i] for i in order], np.array(
-        [labels[i] for i in order], dtype="int32"
-    )
+    labels = np.asarray(labels, dtype="int32")
+    return [texts[i] for i in order], labels[order]
 
 
 def load_folder(path: str | os.PathLike) -> ImdbData:
@@ -436,13 +440,11 @@ def load_keras() -> ImdbData:
         def decode(sequences):
             return [" ".join(words[w] for w in seq if w in words) for seq in sequences]
 
-        return ImdbData(
-            decode(arrays["x_train"]),
-            np.asarray(arrays["y_train"], dtype="int32"),
-            decode(arrays["x_test"]),
-            np.asarray(arrays["y_test"], dtype="int32"),
-            f"keras.datasets.imdb ({npz_path})",
-        )
+        # The file keeps its reviews by class (Keras's `load_data` shuffles
+        # them): the hash order interleaves them, as for a folder.
+        train = _interleaved(decode(arrays["x_train"]), arrays["y_train"])
+        test = _interleaved(decode(arrays["x_test"]), arrays["y_test"])
+        return ImdbData(*train, *test, f"keras.datasets.imdb ({npz_path})")
     except (OSError, KeyError, ValueError, AttributeError, zipfile.BadZipFile) as error:
         # A truncated or foreign imdb.npz (BadZipFile), a word index that is
         # not a JSON object (AttributeError), ...

@@ -119,10 +119,28 @@ def test_keras_loader_decodes_with_word_index(tmp_path, monkeypatch):
     )
     monkeypatch.setenv("KERAS_HOME", str(tmp_path))
     loaded = data.load("keras")
-    assert loaded.train_texts == ["the movie was great", "the movie was awful"]
-    assert loaded.train_labels.tolist() == [1, 0]
+    train = zip(loaded.train_texts, loaded.train_labels.tolist(), strict=True)
+    assert sorted(train) == [("the movie was awful", 0), ("the movie was great", 1)]
     assert loaded.test_texts == ["movie was awful"]
     assert loaded.test_labels.tolist() == [0]
+
+
+def test_keras_loader_interleaves_a_file_sorted_by_class(tmp_path, monkeypatch):
+    # The file keeps its reviews by class: `--limit` took one class only.
+    datasets = tmp_path / "datasets"
+    datasets.mkdir()
+    (datasets / "imdb_word_index.json").write_text(json.dumps({"w": 1, "x": 2}))
+    reviews = np.empty(16, dtype=object)
+    reviews[:] = [[1] * (i + 1) for i in range(16)]
+    labels = np.array([0] * 8 + [1] * 8)
+    np.savez(datasets / "imdb.npz", x_train=reviews, y_train=labels,
+             x_test=reviews, y_test=labels)  # fmt: skip
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    loaded = data.load("keras")
+    assert set(loaded.limit(6).train_labels.tolist()) == {0, 1}
+    assert sorted(
+        zip(loaded.train_texts, loaded.train_labels.tolist(), strict=True)
+    ) == sorted((" ".join(["w"] * (i + 1)), int(labels[i])) for i in range(16))
 
 
 @pytest.mark.parametrize(
