@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     """
     from keras_selfattn import _validation as v
     from keras_selfattn.imdb import distributed
-    from keras_selfattn.imdb.model import ATTENTIONS
+    from keras_selfattn.imdb.model import ATTENTIONS, DEFAULTS
     from keras_selfattn.imdb.train import TrainConfig
 
     parser = _Parser(prog=PROG, description="IMDB sentiment with keras_selfattn.")
@@ -151,8 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--head-len",
         "a longer review keeps its first HEAD_LEN and last MAX_LEN - HEAD_LEN "
-        f"tokens; -1 keeps the first MAX_LEN (default: {defaults['head_len']}, "
-        "at most MAX_LEN)",
+        "tokens; -1 keeps the first MAX_LEN (default: "
+        f"{DEFAULTS['head_len']}, or MAX_LEN where that is less)",
         functools.partial(v.check_int_in_range, low=-1),  # -1: None
         int,
         default=argparse.SUPPRESS,  # not given: the default, clipped to MAX_LEN
@@ -225,20 +225,18 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
     Returns:
         A `TrainConfig`; `--head-len -1` becomes `head_len=None`, and without
-        `--head-len` the default is clipped to `--max-len`.
+        `--head-len` the config's default (100, or `--max-len` where less).
 
     Raises:
         CliError: An option out of its range.
     """
-    from keras_selfattn._validation import check_int_in_range
     from keras_selfattn.imdb.train import TrainConfig
 
     names = [f.name for f in dataclasses.fields(TrainConfig) if f.name in args]
     options = {name: getattr(args, name) for name in names}
     try:
-        head_len = options.get("head_len", min(TrainConfig.head_len, args.max_len))
-        check_int_in_range("head_len", head_len, -1, args.max_len)
-        options["head_len"] = None if head_len == -1 else head_len
+        if options.get("head_len") == -1:
+            options["head_len"] = None
         options["verbose"] = 2 if os.environ.get("KERAS_SELFATTN_QUIET") else "auto"
         return TrainConfig(**options)
     except ValueError as error:

@@ -61,6 +61,16 @@ from keras_selfattn.imdb.model import DEFAULTS
 __all__ = ["TrainConfig", "TrainResult", "cpu_name", "describe_device", "train"]
 
 
+class _DefaultHeadLen:
+    """`TrainConfig.head_len` left out: 100, or `max_len` where that is less."""
+
+    def __repr__(self) -> str:
+        return f"min({DEFAULTS['head_len']}, max_len)"
+
+
+_DEFAULT_HEAD_LEN = _DefaultHeadLen()
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Every option of a training run, checked when the config is made.
@@ -76,9 +86,9 @@ class TrainConfig:
         max_len: The most tokens read per review. Defaults to `400`.
         head_len: A longer review keeps its first `head_len` tokens and its
             last `max_len - head_len`; an integer in `[0, max_len]`, or
-            `None` to keep the first `max_len`. Defaults to `100`
-            (`keras-selfattn train` without `--head-len` clips it to
-            `max_len`).
+            `None` to keep the first `max_len`. Defaults to `100`, or
+            `max_len` where that is less (a `head_len` given is not
+            clipped: above `max_len` it is refused).
         vocab_size: Words in the vocabulary, with the padding id and [UNK] (at
             least 3: one word). Defaults to `20000`.
         bigram_vocab_size: Word pairs in a second vocabulary (at least 3,
@@ -148,7 +158,7 @@ class TrainConfig:
     epochs: int = DEFAULTS["epochs"]
     batch_size: int = DEFAULTS["batch_size"]
     max_len: int = DEFAULTS["max_len"]
-    head_len: int | None = DEFAULTS["head_len"]
+    head_len: int | None = _DEFAULT_HEAD_LEN  # type: ignore[assignment]
     vocab_size: int = DEFAULTS["vocab_size"]
     bigram_vocab_size: int = DEFAULTS["bigram_vocab_size"]
     embed_dim: int = DEFAULTS["embed_dim"]
@@ -190,6 +200,9 @@ class TrainConfig:
             "pooling_heads",
         ):
             check_positive_int(name, getattr(self, name))
+        if self.head_len is _DEFAULT_HEAD_LEN:
+            head_len = min(DEFAULTS["head_len"], self.max_len)
+            object.__setattr__(self, "head_len", head_len)  # frozen
         check_int_in_range("head_len", self.head_len, 0, self.max_len, True)
         # A vocabulary holds the padding id, [UNK] and a word at least (with
         # none, TextVectorization's lookup table fails to build).

@@ -180,6 +180,18 @@ def test_config_accepts_the_edges(tmp_path):
     assert TrainConfig(max_len=8, head_len=8).head_len == 8
 
 
+def test_the_default_head_len_fits_a_short_max_len():
+    # Left out, head_len is 100 or max_len where that is less, as
+    # build_model's; given, it is checked against max_len (above).
+    assert TrainConfig().head_len == DEFAULTS["head_len"] == 100
+    assert TrainConfig(max_len=64) == TrainConfig(max_len=64, head_len=64)
+    assert TrainConfig(max_len=64).model_options()["head_len"] == 64
+    with pytest.raises(
+        ValueError, match=r"\[0, 64\] or `None`. Received: head_len=100"
+    ):
+        TrainConfig(max_len=64, head_len=100)
+
+
 def test_train_leaves_the_global_dtype_policy_as_it_found_it(tmp_path, capsys):
     data = write_acl(tmp_path / "acl", n_train=64, n_test=16)
     config = TrainConfig(
