@@ -162,7 +162,8 @@ def build_model(
         max_len: The most tokens read per review. Defaults to `400`.
         head_len: A longer review keeps its first `head_len` tokens and its
             last `max_len - head_len` ones (its verdict); `None` keeps the
-            first `max_len`. Defaults to `100`.
+            first `max_len`, as does a `head_len` of `max_len` or more (it
+            is clipped to `max_len`). Defaults to `100`.
         embed_dim: Size of the token vectors. Defaults to `64`.
         num_heads: Attention heads of each encoder block. Defaults to `2`.
         intermediate_dim: Hidden size of the encoder's feed-forward part.

@@ -188,3 +188,17 @@ def test_keras_hubs_own_config_gives_keras_hubs_weight_order(rng):
     ours(x)
     ours.set_weights(hub.get_weights())
     np.testing.assert_allclose(to_numpy(ours(x)), to_numpy(hub(x)), atol=1e-5)
+
+
+def test_token_and_position_embedding_takes_keras_hub_tables_reversed():
+    # docs/layers.md: the same tables as keras-hub's layer, listed the other
+    # way round (ours holds the position table itself). With mask_zero=False,
+    # id 0 is a token like any other, as in keras-hub's default.
+    ids = np.array([[0, 1, 2, 3], [4, 3, 2, 0]], dtype="int32")
+    theirs = keras_hub.layers.TokenAndPositionEmbedding(5, 6, 3)
+    ours = keras_selfattn.TokenAndPositionEmbedding(5, 6, 3, mask_zero=False)
+    theirs(ids), ours(ids)
+    shapes = [tuple(w.shape) for w in theirs.weights]
+    assert [tuple(w.shape) for w in ours.weights] == shapes[::-1] == [(6, 3), (5, 3)]
+    ours.set_weights(theirs.get_weights()[::-1])
+    np.testing.assert_array_equal(to_numpy(ours(ids)), to_numpy(theirs(ids)))
