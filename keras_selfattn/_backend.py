@@ -13,11 +13,14 @@ functions:
 - `scan_blocks`: the chunked path's sequential loop over key blocks
   (`tf.while_loop`, `jax.lax.scan`, a Python loop).
 - `may_need_gradient`: whether the chunked path needs its custom gradient
-  (JAX differentiates only traced values).
+  (JAX differentiates only traced values; PyTorch records nothing under
+  `torch.no_grad` and cannot trace one for ONNX).
 - `values_known`: whether a tensor's values can be read now (eagerly), for
   the checks of values that only an eager call can make
   (`TokenAndPositionEmbedding`'s token ids); `invalid_id`: what a lookup
   gets in place of an id outside its table, where they cannot be checked.
+- `comparable_dim`: a dimension as the choice of path may compare it (JAX's
+  symbolic dimensions, in `jax.export`, count as unknown).
 - `free_memory`: the free memory of the device the backend computes on (the
   default memory budget of the choice of path follows it).
 
@@ -28,6 +31,7 @@ attention.
 from __future__ import annotations
 
 import functools
+import numbers
 import os
 
 import keras
@@ -157,13 +161,41 @@ def may_need_gradient(*tensors) -> bool:
 
     JAX differentiates by tracing, so concrete (eager) arrays never need one;
     skipping the custom-gradient wrapper there spares a compilation per call.
-    The other backends always get the wrapper.
+    PyTorch needs none where autograd records nothing (`torch.no_grad`, as
+    Keras's `predict` runs) and may not have one while `torch.jit.trace`
+    records the model (as `model.export(format="onnx")` does with an unknown
+    batch size: the tracer cannot record an `autograd.Function`); there the
+    loop runs as plain operations, which the tracer records. TensorFlow
+    always gets the wrapper.
     """
-    if keras.backend.backend() != "jax":
+    backend = keras.backend.backend()
+    if backend == "torch":
+        import torch
+
+        return torch.is_grad_enabled() and not torch.jit.is_tracing()
+    if backend != "jax":
         return True
     import jax
 
     return any(isinstance(t, jax.core.Tracer) for t in tensors)
+
+
+def comparable_dim(dim):
+    """`dim` where Python can compare it with a number, else None.
+
+    JAX's symbolic dimensions (the `batch` of a model that `jax.export` or
+    jax2tf traces, as `model.export` does on JAX) answer `b <= 10**9` with an
+    error, not a bool: they count as unknown, like `None`. PyTorch's `SymInt`
+    (in `torch.export`) compares, under a guard, and stays.
+    """
+    if dim is None or isinstance(dim, numbers.Integral):
+        return dim if dim is None else int(dim)
+    if keras.backend.backend() == "jax":
+        from jax import export
+
+        if export.is_symbolic_dim(dim):
+            return None
+    return dim
 
 
 def values_known(x) -> bool:

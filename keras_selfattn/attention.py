@@ -272,11 +272,13 @@ def positional_mask(q_len, k_len, causal, sliding_window, query_offset=0):
     """
     if not causal and sliding_window is None:
         return None
-    rows = ops.arange(q_len, dtype="int32")
+    # `arange(0, n)`, here and below, not `arange(n)`: jax2onnx (Keras's
+    # ONNX export on JAX) refuses the `stop=None` that `arange(n)` passes.
+    rows = ops.arange(0, q_len, dtype="int32")
     if not _is_zero(query_offset):
         rows = ops.add(rows, ops.cast(query_offset, "int32"))
     rows = ops.expand_dims(rows, 1)
-    cols = ops.expand_dims(ops.arange(k_len, dtype="int32"), 0)
+    cols = ops.expand_dims(ops.arange(0, k_len, dtype="int32"), 0)
     mask = _position_rule(rows, cols, causal, sliding_window)
     return ops.expand_dims(ops.expand_dims(mask, 0), 0)
 
@@ -333,12 +335,15 @@ def _seen_keys(query, key, mask, causal, sliding_window, query_offset):
     seen = None
     if mask is not None:  # (B or 1, H or 1, Tq or 1, Tk or 1)
         seen = ops.any(mask, axis=(1, 2))
-    q_len, k_len = query.shape[1], key.shape[1]
+    q_len, k_len = (
+        _backend.comparable_dim(query.shape[1]),
+        _backend.comparable_dim(key.shape[1]),
+    )
     sees_all = (  # the last query sees every key by position
         _is_zero(query_offset) and q_len is not None and k_len is not None
     ) and q_len >= k_len
     if (causal or sliding_window is not None) and not sees_all:
-        cols = ops.arange(ops.shape(key)[1], dtype="int32")
+        cols = ops.arange(0, ops.shape(key)[1], dtype="int32")
         first = ops.cast(query_offset, "int32")
         last = ops.add(first, ops.cast(ops.shape(query)[1], "int32") - 1)
         rule = ops.less_equal(cols, last) if causal else None
@@ -616,10 +621,10 @@ def _chunked_attention(
     # Where each block's keys start, counted from the first query's position:
     # the rules depend on i - j only, so the offset shifts the blocks' starts
     # and the rows stay 0..q_len-1.
-    block_starts = ops.multiply(ops.arange(num_blocks, dtype="int32"), size)
+    block_starts = ops.multiply(ops.arange(0, num_blocks, dtype="int32"), size)
     if not _is_zero(query_offset):
         block_starts = ops.subtract(block_starts, ops.cast(query_offset, "int32"))
-    batch = query.shape[0]
+    batch = _backend.comparable_dim(query.shape[0])
     work = None if batch is None else batch * heads * q_len * k_len
 
     # The user mask is cut into key blocks too, unless it broadcasts over keys.
@@ -652,13 +657,13 @@ def _chunked_attention(
         bias = ops.reshape(bias, (lead, num_blocks, 1, 1, 1, size))
         bias_blocks = ops.transpose(bias, (1, 0, 2, 3, 4, 5))
     positional = causal or sliding_window is not None
-    rows = ops.expand_dims(ops.arange(q_len, dtype="int32"), 1)
-    offsets = ops.expand_dims(ops.arange(size, dtype="int32"), 0)
 
-    def allowed(start, mask_block):
+    def allowed(start, mask_block, constant_mask):
         """(…, Tq, size) boolean mask of the key block at `start`, or None."""
         result = mask_block if mask_block is not None else constant_mask
         if positional:
+            rows = ops.expand_dims(ops.arange(0, q_len, dtype="int32"), 1)
+            offsets = ops.expand_dims(ops.arange(0, size, dtype="int32"), 0)
             cols = ops.add(start, offsets)
             rule = _position_rule(rows, cols, causal, sliding_window)
             rule = ops.reshape(rule, (1, 1, 1, *rule.shape))
@@ -672,6 +677,18 @@ def _chunked_attention(
             names.append(name)
             xs.append(blocks_of)
 
+    # The loops read no tensor from this scope: the blocks' other tensors
+    # (`xs[2:]`) and `constant_mask` travel as arguments of `attend`, as
+    # `extras`. jax2tf (JAX's SavedModel export) cannot differentiate a
+    # custom gradient that closes over traced values.
+    extras = (*xs[2:], *(() if constant_mask is None else (constant_mask,)))
+
+    def unpack_extras(extras):
+        """(the blocks' other tensors, constant_mask or None) of `extras`."""
+        if constant_mask is None:
+            return extras, None
+        return extras[:-1], extras[-1]
+
     def unpack(x):
         """A block's (k, v, start, bias or None, mask or None)."""
         parts = dict(zip(names, x, strict=True))
@@ -683,12 +700,14 @@ def _chunked_attention(
             parts.get("mask"),
         )
 
-    def forward(q, k_blocks, v_blocks):
+    def forward(q, k_blocks, v_blocks, extras):
+        others, constant_mask = unpack_extras(extras)
+
         def step(carry, x):
             running_max, running_sum, acc = carry
             k_block, v_block, start, bias, mask_block = unpack(x)
             s = _block_logits(q, k_block)
-            keep = allowed(start, mask_block)
+            keep = allowed(start, mask_block, constant_mask)
             p, new_max, correction, running_sum = _backend.xla_fused(
                 _online_softmax_block
             )(s, bias, keep, running_max, running_sum)
@@ -703,7 +722,7 @@ def _chunked_attention(
             ops.multiply(column, ops.zeros((value_dim,), wide)),
         )
         (running_max, running_sum, acc), _ = _backend.scan_blocks(
-            step, init, (k_blocks, v_blocks, *xs[2:]), (), work
+            step, init, (k_blocks, v_blocks, *others), (), work
         )
         # A row whose maximum is still the mask constant saw no allowed key:
         # zeros out, and a log-sum-exp so large that every recomputed weight
@@ -717,14 +736,15 @@ def _chunked_attention(
         )
         return out, lse
 
-    def backward(q, k_blocks, v_blocks, out, lse, d_out):
+    def backward(q, k_blocks, v_blocks, extras, out, lse, d_out):
+        others, constant_mask = unpack_extras(extras)
         delta = ops.sum(ops.multiply(d_out, out), axis=-1, keepdims=True)
 
         def step(carry, x):
             (d_q,) = carry
             k_block, v_block, start, bias, mask_block = unpack(x)
             s = ops.einsum("bhgqd,bhkd->bhgqk", q, k_block)
-            keep = allowed(start, mask_block)
+            keep = allowed(start, mask_block, constant_mask)
             p = _backend.xla_fused(_block_weights)(s, bias, keep, lse)
             # The kv heads' gradients sum over their groups of query heads.
             d_v = ops.einsum("bhgqk,bhgqd->bhkd", p, d_out)
@@ -739,28 +759,29 @@ def _chunked_attention(
             ((None, kv_heads, size, value_dim), wide),
         )
         (d_q,), (d_k, d_v) = _backend.scan_blocks(
-            step, (ops.zeros_like(q),), (k_blocks, v_blocks, *xs[2:]), specs, work
+            step, (ops.zeros_like(q),), (k_blocks, v_blocks, *others), specs, work
         )
         return d_q, d_k, d_v
 
     @ops.custom_gradient
-    def attend(q, k_blocks, v_blocks):
+    def attend(q, k_blocks, v_blocks, *extras):
         # stop_gradient: an eager TensorFlow tape would otherwise record the
         # forward loop and keep every block of weights alive until backprop.
         q, k_blocks, v_blocks = (ops.stop_gradient(t) for t in (q, k_blocks, v_blocks))
-        out, lse = forward(q, k_blocks, v_blocks)
+        out, lse = forward(q, k_blocks, v_blocks, extras)
 
         def grad(*args, upstream=None):
             if upstream is None:
                 (upstream,) = args
-            return backward(q, k_blocks, v_blocks, out, lse, upstream)
+            d_qkv = backward(q, k_blocks, v_blocks, extras, out, lse, upstream)
+            return (*d_qkv, *(None for _ in extras))  # masks, starts: none
 
         return out, grad
 
     if _backend.may_need_gradient(q, k_blocks, v_blocks):
-        output = attend(q, k_blocks, v_blocks)
+        output = attend(q, k_blocks, v_blocks, *extras)
     else:
-        output, _ = forward(q, k_blocks, v_blocks)
+        output, _ = forward(q, k_blocks, v_blocks, extras)
     output = _merge_heads(ops.transpose(output, (0, 3, 1, 2, 4)), 2)
     return ops.cast(output, value.dtype)
 
@@ -1047,15 +1068,15 @@ def plan_attention(
 
 def _plan(query, key, value, mask, padding_mask, options) -> AttentionPlan:
     """`plan_attention` for the kernel's 4-D arguments."""
-    batch, q_len, heads, dim = query.shape
+    batch, q_len, heads, dim = (_backend.comparable_dim(d) for d in query.shape)
     rate = options["dropout"] if options["training"] else 0.0
     return plan_attention(
         batch=batch,
         heads=heads,
         q_len=q_len,
-        k_len=key.shape[1],
+        k_len=_backend.comparable_dim(key.shape[1]),
         dim=dim,
-        value_dim=value.shape[-1],
+        value_dim=_backend.comparable_dim(value.shape[-1]),
         backend=keras.backend.backend(),
         memory_budget=memory_budget(),
         half_on_cpu=not _backend.fused_keeps_float32(query),
@@ -1254,8 +1275,8 @@ def scaled_dot_product_attention(
     squeezed = len(query.shape) == 3
     if squeezed:
         query, key, value = (ops.expand_dims(t, 2) for t in (query, key, value))
-    batch, q_len, heads, dim = query.shape
-    k_len = key.shape[1]
+    batch, q_len, heads, dim = (_backend.comparable_dim(d) for d in query.shape)
+    k_len = _backend.comparable_dim(key.shape[1])
     _check_last_position(query_offset, q_len)
     if scale is None:
         if dim is None:
