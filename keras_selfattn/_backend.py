@@ -157,16 +157,18 @@ def xla_fused(fn):
 
 
 def may_need_gradient(*tensors) -> bool:
-    """False when no gradient can be taken through `tensors`.
+    """Whether the chunked path wraps its loop in its custom gradient.
 
     JAX differentiates by tracing, so concrete (eager) arrays never need one;
     skipping the custom-gradient wrapper there spares a compilation per call.
     PyTorch needs none where autograd records nothing (`torch.no_grad`, as
-    Keras's `predict` runs) and may not have one while `torch.jit.trace`
+    Keras's `predict` runs), and cannot have one while `torch.jit.trace`
     records the model (as `model.export(format="onnx")` does with an unknown
-    batch size: the tracer cannot record an `autograd.Function`); there the
-    loop runs as plain operations, which the tracer records. TensorFlow
-    always gets the wrapper.
+    batch size: the tracer cannot record an `autograd.Function`). There the
+    loop runs as plain operations, which the tracer records; with gradients
+    on, autograd records them too, so a traced module trained later keeps
+    every block's weights for its backward pass (quadratic memory, as the
+    plain path). TensorFlow always gets the wrapper.
     """
     backend = keras.backend.backend()
     if backend == "torch":

@@ -202,13 +202,14 @@ class ClipSequence(keras.layers.Layer):
         check_rank("inputs", inputs.shape, 2, "(batch, seq) of token ids")
         if self.head is None or self.head == self.max_length:
             return inputs[:, : self.max_length]
-        seq = inputs.shape[1]
-        if seq is None:  # a traced length (TensorFlow graphs)
+        # The kept length is the clipped slice's: static where `seq` is,
+        # symbolic under `jax.export` (where `min(seq, max_length)` is no
+        # bool), dynamic in TensorFlow graphs of any length.
+        length = inputs[:, : self.max_length].shape[1]
+        if length is None:  # a traced length (TensorFlow graphs)
             length = ops.minimum(ops.shape(inputs)[1], self.max_length)
-        else:  # static: JAX's jit needs a concrete `arange` length
-            length = min(seq, self.max_length)
         real = ops.sum(ops.cast(ops.not_equal(inputs, 0), "int32"), axis=1)
-        steps = ops.expand_dims(ops.arange(length, dtype="int32"), 0)
+        steps = ops.expand_dims(ops.arange(0, length, dtype="int32"), 0)
         start = ops.expand_dims(real - (self.max_length - self.head), 1)
         clipped = ops.where(steps < self.head, steps, start + steps - self.head)
         long_row = ops.expand_dims(real > self.max_length, 1)

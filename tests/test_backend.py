@@ -47,24 +47,52 @@ def test_comparable_dims_are_ints_and_symbolic_ones_unknown():
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason="PyTorch's autograd and tracer")
-def test_torch_runs_the_chunked_loop_plainly_where_nothing_is_recorded():
+def test_torch_traces_the_chunked_path_and_skips_the_custom_gradient_there():
     import torch
 
     assert _backend.may_need_gradient()
     with torch.no_grad():
         assert not _backend.may_need_gradient()
-    seen = []
-
-    def record(x):
-        seen.append(_backend.may_need_gradient(x))
-        return x * 2
-
-    torch.jit.trace(record, torch.ones(2), check_trace=False)  # as ONNX export
-    assert seen == [False]
-    # The same numbers either way.
+    # `torch.jit.trace` (as `model.export(format="onnx")` runs it) cannot
+    # record the custom gradient's `autograd.Function`: "unordered_map::at".
     q, k, v = (np.random.default_rng(i).normal(size=(2, 9, 4)) for i in range(3))
     q, k, v = (torch.tensor(t, dtype=torch.float32) for t in (q, k, v))
-    with_gradient = scaled_dot_product_attention(q, k, v, chunk_size=4)
-    with torch.no_grad():
-        without = scaled_dot_product_attention(q, k, v, chunk_size=4)
-    assert_close(without, with_gradient, atol=1e-6)
+
+    def chunked(q, k, v):
+        return scaled_dot_product_attention(q, k, v, chunk_size=4, causal=True)
+
+    traced = torch.jit.trace(chunked, (q, k, v), check_trace=False)
+    expected = scaled_dot_product_attention(q, k, v, causal=True, chunk_size=None)
+    assert_close(traced(q, k, v), expected, atol=1e-6)
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="jax.export's symbolic shapes")
+def test_jax_exports_the_chunked_path_with_a_symbolic_batch_and_its_gradient():
+    # What Keras's SavedModel (jax2tf) and ONNX (jax2onnx) exports trace:
+    # a symbolic batch, which the choice of path cannot compare with the
+    # memory budget, and (jax2tf) the gradient, which a custom gradient
+    # closing over traced tensors broke.
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+
+    def loss(q, k, v):
+        out = scaled_dot_product_attention(q, k, v, chunk_size=4, causal=True)
+        return jnp.sum(out**2)
+
+    spec = jax.ShapeDtypeStruct(export.symbolic_shape("batch, 9, 2, 4"), "float32")
+    exported = export.export(jax.jit(jax.grad(loss, argnums=(0, 1, 2))))(
+        spec, spec, spec
+    )
+    q, k, v = (
+        jnp.asarray(np.random.default_rng(i).normal(size=(3, 9, 2, 4)), "float32")
+        for i in range(3)
+    )
+
+    def plain_loss(q, k, v):
+        out = scaled_dot_product_attention(q, k, v, causal=True, flash_attention=False)
+        return jnp.sum(out**2)
+
+    expected = jax.grad(plain_loss, argnums=(0, 1, 2))(q, k, v)
+    for got, want in zip(exported.call(q, k, v), expected, strict=True):
+        assert_close(got, want, atol=1e-5)

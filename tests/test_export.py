@@ -1,8 +1,12 @@
 """`model.export`: models with our layers, on every path, run outside Keras.
 
-One tiny model holds `SelfAttention` and `MultiHeadAttention` on the plain
-path and on the chunked path (`chunk_size=4` over 10 tokens: three blocks, the
-last one padded), each with and without a padding mask. It is exported once
+One tiny model holds `SelfAttention` and `MultiHeadAttention`, unchunked and
+on the chunked path (`chunk_size=4` over 10 tokens: three blocks, the last
+one padded), each with and without a padding mask. Unchunked,
+`MultiHeadAttention` (`flash_attention=False`) takes the plain path and
+`SelfAttention` the backend's choice: the plain path on TensorFlow, the
+fused kernel (`keras.ops.dot_product_attention`) on JAX and PyTorch; so
+every path is exported. It is exported once
 per format that the backend's Keras exports and run where the format runs
 (onnxruntime, the LiteRT interpreter, TensorFlow's SavedModel loader); every
 output must equal Keras's within 1e-5.
@@ -42,7 +46,7 @@ def exported_by(format: str) -> pytest.MarkDecorator:
 
 SEQ, VOCAB, WIDTH, CHUNK = 10, 12, 8, 4
 LAYERS = ("SelfAttention", "MultiHeadAttention")
-PATHS = {"plain": None, "chunked": CHUNK}
+PATHS = {"unchunked": None, "chunked": CHUNK}
 MASKS = ("masked", "unmasked")
 OUTPUTS = [(layer, path, mask) for layer in LAYERS for path in PATHS for mask in MASKS]
 IDS = ["-".join(case) for case in OUTPUTS]
@@ -77,7 +81,9 @@ def _model() -> keras.Model:
             attention = SelfAttention(WIDTH, num_heads=2, chunk_size=PATHS[path])
             outputs.append(attention(x))
         else:
-            attention = MultiHeadAttention(2, 4, chunk_size=PATHS[path])
+            attention = MultiHeadAttention(
+                2, 4, chunk_size=PATHS[path], flash_attention=False
+            )
             outputs.append(attention(x, x, use_causal_mask=True))
     return keras.Model(ids, outputs)
 
@@ -124,14 +130,17 @@ def onnx_outputs(model_and_expected, tmp_path_factory):
     return graph, session.run(None, {feed.name: ids})
 
 
-@needs_onnx_export
-@pytest.mark.tensorflow_only
+@exported_by("onnx")
+@needs_onnx_export_here
+@pytest.mark.skipif(
+    BACKEND == "torch",
+    reason="torch.jit.trace records the chunked path's Python loop block by block",
+)
 def test_onnx_has_one_loop_per_chunked_layer(onnx_outputs):
     # The chunked layers export their loop over key blocks as an ONNX Loop
-    # (and the plain ones none): the file is the long-sequence path itself,
-    # not a plain-path fallback. (TensorFlow's `tf.while_loop`; JAX unrolls
-    # loops this small and PyTorch's loop is Python's, which the exporters
-    # record block by block.)
+    # (and the unchunked ones none): the file is the long-sequence path
+    # itself, not a plain-path fallback. TensorFlow's `tf.while_loop` and
+    # JAX's `lax.scan` (never unrolled for an export's symbolic batch).
     graph, _ = onnx_outputs
     loops = [node for node in graph.node if node.op_type == "Loop"]
     chunked = sum(path == "chunked" for _, path, _ in OUTPUTS)

@@ -205,6 +205,21 @@ def test_clip_sequence_in_a_compiled_model_matches_eager(head):
     np.testing.assert_array_equal(model.predict(rows, verbose=0), expected)
 
 
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="jax.export")
+def test_clip_sequence_exports_with_a_symbolic_length_on_jax():
+    # `model.export` on JAX traces an unknown length as a symbolic one,
+    # which `min(seq, max_length)` cannot compare.
+    import jax
+    from jax import export
+
+    layer = ClipSequence(4, head=1)
+    spec = jax.ShapeDtypeStruct(export.symbolic_shape("batch, length"), "int32")
+    exported = export.export(jax.jit(layer))(spec)
+    ids = np.array([[5, 6, 7, 8, 9, 0], [5, 6, 0, 0, 0, 0]], "int32")
+    np.testing.assert_array_equal(exported.call(ids), [[5, 7, 8, 9], [5, 6, 0, 0]])
+    np.testing.assert_array_equal(exported.call(ids[:, :3]), [[5, 6, 7], [5, 6, 0]])
+
+
 def test_bigram_embedding_of_a_text_with_no_token():
     layer = BigramEmbedding(10, 3)
     empty = np.zeros((1, 0, 3), "float32")
