@@ -6,10 +6,10 @@ one padded), each with and without a padding mask. Unchunked,
 `MultiHeadAttention` (`flash_attention=False`) takes the plain path and
 `SelfAttention` the backend's choice: the plain path on TensorFlow, the
 fused kernel (`keras.ops.dot_product_attention`) on JAX and PyTorch; so
-every path is exported. It is exported once
-per format that the backend's Keras exports and run where the format runs
-(onnxruntime, the LiteRT interpreter, TensorFlow's SavedModel loader); every
-output must equal Keras's within 1e-5.
+every path is exported. It is exported once per format that the backend's
+Keras exports and run where the format runs (onnxruntime, the LiteRT
+interpreter, TensorFlow's SavedModel loader); every output must equal
+Keras's within 1e-5.
 
 What each backend's Keras exports (`EXPORTS`): TensorFlow all three formats;
 JAX ONNX (through jax2onnx, Python 3.11+) and SavedModel (through jax2tf);
@@ -36,11 +36,12 @@ EXPORTS = {
 }
 
 
-def exported_by(format: str) -> pytest.MarkDecorator:
-    """Skips a test of `format` in a backend pass whose Keras cannot export it."""
+def exported_by(export_format: str) -> pytest.MarkDecorator:
+    """Skips a test of `export_format` in a backend pass whose Keras cannot
+    export it."""
     return pytest.mark.skipif(
-        format not in EXPORTS[BACKEND],
-        reason=f"Keras on {BACKEND} does not export format={format!r}",
+        export_format not in EXPORTS[BACKEND],
+        reason=f"Keras on {BACKEND} does not export format={export_format!r}",
     )
 
 
