@@ -325,13 +325,23 @@ def _check_last_position(query_offset, q_len) -> None:
 
 
 def _seen_keys(query, key, mask, causal, sliding_window, query_offset):
-    """`(batch or 1, k_len)` bool: False at keys that `mask` or the position
-    rules hide from every query; None where every key may be seen.
+    """`(batch or 1, k_len)` bool: False at keys that `mask` and the position
+    rules together hide from every query; None where every key may be seen.
 
-    Each rule is taken over all queries on its own (the keys that `mask` lets
-    some query see, and that the rules let some query see), so a key hidden
-    only by the two together counts as seen: never the reverse.
+    A mask that does not vary over the queries (`(..., 1, Tk)`) and the rules
+    are taken apart (the keys the mask lets any query see, and those the
+    rules let some query see): exact, as the mask is the same for every
+    query, and linear in memory. A mask that varies over the queries is
+    combined with the rules' `(Tq, Tk)` mask first (no larger than it), so a
+    key that only the two together hide (the mask lets only queries see it
+    that `causal` hides it from) is hidden too.
     """
+    rules = causal or sliding_window is not None
+    if mask is not None and rules and mask.shape[2] != 1:  # None: unknown
+        positions = positional_mask(
+            ops.shape(query)[1], ops.shape(key)[1], causal, sliding_window, query_offset
+        )
+        return ops.any(ops.logical_and(mask, positions), axis=(1, 2))
     seen = None
     if mask is not None:  # (B or 1, H or 1, Tq or 1, Tk or 1)
         seen = ops.any(mask, axis=(1, 2))
@@ -342,7 +352,7 @@ def _seen_keys(query, key, mask, causal, sliding_window, query_offset):
     sees_all = (  # the last query sees every key by position
         _is_zero(query_offset) and q_len is not None and k_len is not None
     ) and q_len >= k_len
-    if (causal or sliding_window is not None) and not sees_all:
+    if rules and not sees_all:
         cols = ops.arange(0, ops.shape(key)[1], dtype="int32")
         first = ops.cast(query_offset, "int32")
         last = ops.add(first, ops.cast(ops.shape(query)[1], "int32") - 1)
@@ -1167,8 +1177,8 @@ def scaled_dot_product_attention(
     padding given as `mask` is a full `(batch, 1, q_len, k_len)` comparison.
     Padded keys are ignored whatever they hold: NaN or inf in a padded key
     or value changes no output (a select zeros them, never a multiply); so
-    is a key that `mask`, `causal` or `sliding_window` hides from every
-    query. A NaN in a real key makes every query that sees it NaN, and
+    is a key that `mask`, `causal` and `sliding_window` together hide from
+    every query. A NaN in a real key makes every query that sees it NaN, and
     reaches the other queries too (0 x NaN in the weighted sum of values).
     Padded *queries* are the caller's to zero, with a select as well (the
     layers do), or a NaN in one reaches the gradients of every key.
@@ -1199,8 +1209,9 @@ def scaled_dot_product_attention(
             `(batch, q_len, k_len)` and shared by all heads. An integer or
             float mask is read as booleans and must hold 0 and 1 only (an
             additive mask of 0 and -inf is refused where its values are
-            known). A key that the mask, `causal` or `sliding_window` hides
-            from every query is ignored whatever it holds, as padding is.
+            known). A key that the mask, `causal` and `sliding_window`
+            together hide from every query is ignored whatever it holds, as
+            padding is.
             Defaults to `None` (every key visible).
         padding_mask: Optional boolean tensor `(batch, k_len)`, True at real
             keys, False at padding (a Keras mask, as `Embedding(mask_zero=True)`
@@ -1319,10 +1330,11 @@ def scaled_dot_product_attention(
         return _no_query(query, key, value, squeezed, return_scores)
 
     # Padding is ignored whatever it holds, and so is a key that `mask`,
-    # `causal` or `sliding_window` hides from every query (a cache's unused
-    # slots): a select (never a multiply, as 0 x NaN is NaN) zeros such keys
-    # and values before any path sees them. Padded queries are the caller's
-    # (the layers zero their inputs and outputs the same way).
+    # `causal` and `sliding_window` together hide from every query (a
+    # cache's unused slots): a select (never a multiply, as 0 x NaN is NaN)
+    # zeros such keys and values before any path sees them. Padded queries
+    # are the caller's (the layers zero their inputs and outputs the same
+    # way).
     seen = _seen_keys(query, key, mask, causal, sliding_window, query_offset)
     if padding_mask is not None:
         seen = padding_mask if seen is None else ops.logical_and(padding_mask, seen)

@@ -320,6 +320,9 @@ def test_nan_and_inf_padding_change_no_real_output_nor_gradient(rng, options):
 
 # Keys hidden from every query by `mask` or by the position rules (a cache's
 # unused slots), on each path; the last key is hidden in each case.
+_ONLY_QUERY_0_SEES_KEY_3 = np.array(  # (q_len, k_len)
+    [[True, True, True, True]] + [[True, True, True, False]] * 3
+)
 _HIDDEN_KEY_CASES = {
     "mask": dict(mask=np.array([True, True, True, False])[None, None, None]),
     "mask-chunked": dict(
@@ -331,6 +334,19 @@ _HIDDEN_KEY_CASES = {
     "decoding-causal": dict(q_len=1, causal=True, query_offset=2),
     "decoding-causal-chunked": dict(q_len=1, causal=True, query_offset=2, chunk_size=2),
     "decoding-window": dict(q_len=1, sliding_window=2, query_offset=1),
+    # The mask lets only query 0 see the last key, which the rule hides from
+    # it: hidden by the two together, by neither alone.
+    "mask-and-causal": dict(mask=_ONLY_QUERY_0_SEES_KEY_3, causal=True),
+    "mask-and-causal-chunked": dict(
+        mask=_ONLY_QUERY_0_SEES_KEY_3, causal=True, chunk_size=2
+    ),
+    "mask-and-causal-plain": dict(
+        mask=_ONLY_QUERY_0_SEES_KEY_3, causal=True, flash_attention=False
+    ),
+    "mask-and-window": dict(mask=_ONLY_QUERY_0_SEES_KEY_3, sliding_window=2),
+    "mask-and-window-chunked": dict(
+        mask=_ONLY_QUERY_0_SEES_KEY_3, sliding_window=2, chunk_size=2
+    ),
 }
 
 
