@@ -265,14 +265,14 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
 
     # ------------------------------------------------------------ building
 
-    @staticmethod
-    def _check_build_shapes(query_shape, value_shape, key_shape=None) -> None:
+    def _check_build_shapes(self, query_shape, value_shape, key_shape=None) -> None:
         key_shape = value_shape if key_shape is None else key_shape
         _check_shapes(query_shape, value_shape, key_shape)
+        _check_attention_axes_fit(self._attention_axes, len(query_shape))
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
+        self._check_build_shapes(query_shape, value_shape, key_shape)
         key_shape = value_shape if key_shape is None else key_shape
-        _check_shapes(query_shape, value_shape, key_shape)
         return super().compute_output_shape(query_shape, value_shape, key_shape)
 
     def compute_output_spec(
@@ -663,6 +663,29 @@ def _check_attention_axes(attention_axes) -> None:
             "an int or a non-empty tuple of distinct ints",
             attention_axes,
         )
+
+
+def _check_attention_axes_fit(attention_axes, rank: int) -> None:
+    """Each axis lies between the batch and the features of an input of
+    `rank`, once: 1 to rank - 2, or (as Keras counts a negative axis, from
+    the end of the projected `(batch, *dims, heads, dim)`) 1 - rank to -2."""
+    if attention_axes is None:
+        return
+    axes = (attention_axes,) if isinstance(attention_axes, int) else attention_axes
+    places = [a if a >= 0 else rank + a for a in axes]
+    if all(1 <= p <= rank - 2 for p in places) and len(set(places)) == len(places):
+        return
+    last = rank - 2
+    positive = "1" if last == 1 else f"from 1 to {last}"
+    negative = "-2" if last == 1 else f"from {1 - rank} to -2"
+    raise invalid(
+        "attention_axes",
+        f"axes between the batch and the features of the rank-{rank} inputs, "
+        f"each once: {positive}, or {negative} (negative axes count from the "
+        "end of the projected (batch, *dims, heads, dim), as in Keras; -1 is "
+        "the heads axis)",
+        attention_axes,
+    )
 
 
 def _check_shapes(query_shape, value_shape, key_shape) -> None:

@@ -405,6 +405,42 @@ def test_bad_arguments_raise_value_error(kwargs, name):
         MultiHeadAttention(**kwargs)
 
 
+# attention_axes that name no axis between the batch and the features of the
+# input: the heads axis (-1, or rank - 1: Keras counts a negative axis from
+# the end of the projected (batch, *dims, heads, dim)), the batch, an axis
+# past the end, or one axis twice. They crashed in the backend's transpose.
+_AXES_OUT_OF_RANGE = {
+    "3d-heads-negative": ((2, 6, 8), -1, "each once: 1, or -2"),
+    "3d-features": ((2, 6, 8), 2, "each once: 1, or -2"),
+    "3d-batch": ((2, 6, 8), 0, "each once: 1, or -2"),
+    "3d-past-the-end": ((2, 6, 8), 5, "each once: 1, or -2"),
+    "3d-before-the-batch": ((2, 6, 8), -3, "each once: 1, or -2"),
+    "4d-heads": ((2, 3, 4, 8), 3, "each once: from 1 to 2, or from -3 to -2"),
+    "4d-twice": ((2, 3, 4, 8), (1, -3), "each once: from 1 to 2, or from -3 to -2"),
+}
+
+
+@pytest.mark.parametrize(
+    "shape, axes, expected",
+    _AXES_OUT_OF_RANGE.values(),
+    ids=_AXES_OUT_OF_RANGE.keys(),
+)
+def test_attention_axes_outside_the_input_are_named(shape, axes, expected):
+    x = np.zeros(shape, "float32")
+    layer = MultiHeadAttention(2, 4, attention_axes=axes)
+    held = (axes,) if isinstance(axes, int) else axes  # as Keras keeps it
+    message = (
+        rf"argument `attention_axes`, expected .*{re.escape(expected)}.*"
+        rf"Received: attention_axes={re.escape(repr(held))}"
+    )
+    with pytest.raises(ValueError, match=message):
+        layer(x, x)
+    with pytest.raises(ValueError, match=message):  # symbolic too
+        MultiHeadAttention(2, 4, attention_axes=axes)(
+            keras.Input(shape[1:]), keras.Input(shape[1:])
+        )
+
+
 @pytest.mark.backend_independent
 @pytest.mark.parametrize("name", _KERAS_SINCE)
 def test_an_argument_newer_than_this_keras_is_refused_naming_the_version(name):
