@@ -84,8 +84,11 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
             the batch and query axes. Defaults to `None`, meaning the
             query's last dimension.
         attention_axes: Optional int or tuple of ints, the axes attention
-            runs over (negative values count from the end). Defaults to
-            `None`: every axis between the batch and the features.
+            runs over, between the batch and the features of the inputs.
+            Negative values count as in Keras, from the end of the projected
+            `(batch, *dims, heads, dim)`: `-2` is the last axis before the
+            features (`-1`, the heads, is refused). Defaults to `None`:
+            every axis between the batch and the features.
         sliding_window: Optional positive integer `w`: query `i` attends only
             to keys `j` with `|i - j| < w`. Needs Keras 3.15 or newer (an
             older Keras raises a `ValueError`). Defaults to `None`.
