@@ -311,3 +311,17 @@ BLOCK_BAD_ARGUMENTS = {
     "seed_string": ({"seed": "1"}, "seed"),
     "seed_negative": ({"seed": -1}, "seed"),
 }
+
+
+def assert_quantized_model_round_trips(model, x, path: Path, mode: str) -> None:
+    """`model.quantize(mode)` changes the outputs a little, and the saved
+    model loads and gives the quantized outputs exactly (not the float ones:
+    Keras's own MultiHeadAttention and keras-hub's blocks forget in their
+    configs that their sub-layers were quantized, and fail to load)."""
+    before = model.predict(x, verbose=0)
+    model.quantize(mode)
+    quantized = model.predict(x, verbose=0)
+    assert 0 < np.abs(quantized - before).max() < 0.2
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), quantized)

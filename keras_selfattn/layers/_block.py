@@ -22,6 +22,7 @@ from keras_selfattn._validation import (
 from keras_selfattn.layers._common import (
     check_block_arguments,
     clone_initializer,
+    dtype_recording_quantized,
     set_weight_options,
     weight_options_config,
 )
@@ -194,4 +195,9 @@ class TransformerBlock(keras.layers.Layer):
                 self, "activation", "kernel_initializer", "bias_initializer"
             ),
         }
+        # keras-hub's block forgets that its sub-layers were quantized.
+        sublayers = self._flatten_layers(include_self=False)
+        dtype = dtype_recording_quantized(self, sublayers)
+        if dtype is not None:
+            config["dtype"] = dtype
         return {**base_config, **config}

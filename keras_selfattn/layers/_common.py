@@ -200,3 +200,28 @@ def rederive_call_attributes(layer: keras.layers.Layer) -> None:
     for name, value in derived.items():
         if name in vars(layer):
             setattr(layer, name, value)
+
+
+def dtype_recording_quantized(layer: keras.layers.Layer, sublayers) -> dict | None:
+    """`layer`'s serialized dtype policy for its config, with the policies
+    of its quantized `sublayers` in a `DTypePolicyMap` keyed by their paths;
+    None when none of them is quantized (the config's dtype stays).
+
+    After `model.quantize(...)` the sub-layers have quantized policies that
+    a config made of constructor arguments does not record: such a layer
+    (Keras's `MultiHeadAttention`, keras-hub's blocks outside a keras-hub
+    backbone) rebuilds its sub-layers unquantized and fails to load. With the
+    map as its dtype, handed down to the sub-layers as they are made, each
+    finds its own policy by its path, as keras-hub's backbones do it.
+    """
+    quantized = [s for s in sublayers if s.dtype_policy.quantization_mode]
+    if not quantized:
+        return None
+    policies = layer.dtype_policy
+    if isinstance(policies, keras.dtype_policies.DTypePolicyMap):
+        policies = policies.from_config(policies.get_config())
+    else:
+        policies = keras.dtype_policies.DTypePolicyMap(policies)
+    for sublayer in quantized:
+        policies[sublayer.path] = sublayer.dtype_policy
+    return keras.dtype_policies.serialize(policies)

@@ -17,6 +17,7 @@ from keras_selfattn.attention import masked_softmax, scaled_dot_product_attentio
 from keras_selfattn.layers._common import (
     check_attention_options,
     combined_masks,
+    dtype_recording_quantized,
     zero_padded,
 )
 from keras_selfattn.layers._kernel_attention import (
@@ -463,19 +464,10 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
     def get_config(self):
         base_config = super().get_config()
         config = self._kernel_config()
-        # After `quantize(...)` the projections have quantized policies that
-        # Keras's config does not record (its own layer then fails to load).
-        # A DTypePolicyMap keyed by their paths rebuilds them quantized.
-        quantized = [d for d in self._projections() if d.dtype_policy.quantization_mode]
-        if quantized:
-            policies = self.dtype_policy
-            if isinstance(policies, keras.dtype_policies.DTypePolicyMap):
-                policies = policies.from_config(policies.get_config())
-            else:
-                policies = keras.dtype_policies.DTypePolicyMap(policies)
-            for dense in quantized:
-                policies[dense.path] = dense.dtype_policy
-            config["dtype"] = keras.dtype_policies.serialize(policies)
+        # Keras's own layer forgets that its projections were quantized.
+        dtype = dtype_recording_quantized(self, self._projections())
+        if dtype is not None:
+            config["dtype"] = dtype
         return {**base_config, **config}
 
 

@@ -14,6 +14,7 @@ from keras_selfattn import MultiHeadAttention
 from keras_selfattn.layers.multi_head_attention import _KERAS_ACCEPTS, _KERAS_SINCE
 from tests.helpers import (
     assert_close,
+    assert_quantized_model_round_trips,
     for_this_keras,
     needs_keras,
     paired_with_keras,
@@ -346,14 +347,7 @@ def test_quantized_model_saves_and_loads(rng, tmp_path, mode):
     inputs = keras.Input((5, 8))
     model = keras.Model(inputs, MultiHeadAttention(2, 4)(inputs, inputs))
     x = rng.normal(size=(2, 5, 8)).astype("float32")
-    before = model.predict(x, verbose=0)
-    model.quantize(mode)
-    quantized = model.predict(x, verbose=0)
-    assert 0 < np.abs(quantized - before).max() < 0.2
-    model.save(tmp_path / "quantized.keras")
-    loaded = keras.models.load_model(tmp_path / "quantized.keras")
-    # The quantized numbers come back, not the float ones.
-    np.testing.assert_array_equal(loaded.predict(x, verbose=0), quantized)
+    assert_quantized_model_round_trips(model, x, tmp_path / "quantized.keras", mode)
 
 
 def test_seed_generator_only_with_dropout():
