@@ -16,7 +16,11 @@ import keras
 
 from keras_selfattn._validation import check_paths
 from keras_selfattn.attention import check_mask_shape
-from keras_selfattn.layers._common import check_keras_mask, rederive_call_attributes
+from keras_selfattn.layers._common import (
+    check_keras_mask,
+    dtype_recording_quantized,
+    rederive_call_attributes,
+)
 
 # The projections Keras's attention layers build (`_gate_dense` with a gate).
 _PROJECTIONS = ("_query_dense", "_key_dense", "_value_dense", "_gate_dense")
@@ -158,13 +162,24 @@ class KernelAttention:
                 attention_mask.shape, q[0], q[2], q[1], k[1], name="attention_mask"
             )
 
+    def _projections(self) -> list[keras.layers.Layer]:
+        """The projection layers built (the gate only with `use_gate`)."""
+        names = (*_PROJECTIONS, "_output_dense")
+        return [getattr(self, n) for n in names if getattr(self, n, None)]
+
     def _kernel_config(self) -> dict:
-        """The kernel's options, for `get_config`."""
-        return {
+        """The kernel's options, for `get_config`; and the dtype, where the
+        projections were quantized (Keras's own layers forget that they
+        were, and then fail to load)."""
+        config = {
             "flash_attention": self._flash_attention,
             "scale": self._scale,
             "chunk_size": self._chunk_size,
         }
+        dtype = dtype_recording_quantized(self, self._projections())
+        if dtype is not None:
+            config["dtype"] = dtype
+        return config
 
 
 def _build_as_ours(layer: keras.layers.Layer) -> None:

@@ -17,7 +17,6 @@ from keras_selfattn.attention import masked_softmax, scaled_dot_product_attentio
 from keras_selfattn.layers._common import (
     check_attention_options,
     combined_masks,
-    dtype_recording_quantized,
     zero_padded,
 )
 from keras_selfattn.layers._kernel_attention import (
@@ -456,18 +455,9 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
             attention_scores, attention_mask, axis=tuple(range(rank - key_axes, rank))
         )
 
-    def _projections(self) -> list[keras.layers.Layer]:
-        names = ("_query_dense", "_key_dense", "_gate_dense", "_value_dense")
-        names += ("_output_dense",)
-        return [getattr(self, n) for n in names if getattr(self, n, None)]
-
     def get_config(self):
         base_config = super().get_config()
         config = self._kernel_config()
-        # Keras's own layer forgets that its projections were quantized.
-        dtype = dtype_recording_quantized(self, self._projections())
-        if dtype is not None:
-            config["dtype"] = dtype
         return {**base_config, **config}
 
 

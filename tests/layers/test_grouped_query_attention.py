@@ -18,6 +18,7 @@ from keras_selfattn.layers.grouped_query_attention import KERAS_NEEDED
 from tests.helpers import (
     BACKEND,
     assert_close,
+    assert_quantized_model_round_trips,
     needs_keras,
     output_and_grads,
     paired_with_keras,
@@ -394,3 +395,15 @@ def test_import_works_where_keras_has_no_grouped_query_attention(subprocess_env)
     )
     assert "Keras 3.15 or newer" in result.stdout
     assert keras.__version__ in result.stdout
+
+
+@pytest.mark.parametrize("mode", ["int8", "float8"])
+def test_quantized_model_saves_and_loads(rng, tmp_path, mode):
+    # Keras 3.15's own layer cannot do this: its config forgets that the
+    # projections were quantized ("Layer 'key' expected 2 variables, but
+    # received 3 variables during loading").
+    inputs = keras.Input((5, 8))
+    layer = GroupQueryAttention(4, 4, 2)
+    model = keras.Model(inputs, layer(inputs, inputs))
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    assert_quantized_model_round_trips(model, x, tmp_path / "quantized.keras", mode)
