@@ -326,18 +326,21 @@ def _check_last_position(query_offset, q_len) -> None:
 
 def _seen_keys(query, key, mask, causal, sliding_window, query_offset):
     """`(batch or 1, k_len)` bool: False at keys that `mask` and the position
-    rules together hide from every query; None where every key may be seen.
+    rules hide from every query; None where every key may be seen.
 
-    A mask that does not vary over the queries (`(..., 1, Tk)`) and the rules
-    are taken apart (the keys the mask lets any query see, and those the
-    rules let some query see): exact, as the mask is the same for every
-    query, and linear in memory. A mask that varies over the queries is
-    combined with the rules' `(Tq, Tk)` mask first (no larger than it), so a
-    key that only the two together hide (the mask lets only queries see it
-    that `causal` hides it from) is hidden too.
+    A full mask, varying over queries and keys (`(..., Tq, Tk)`, as large
+    as the rules' `(Tq, Tk)` mask), is combined with the rules first: exact,
+    so a key that only the two together hide (the mask shows it only to
+    queries that `causal` hides it from) is hidden too. Any other mask and
+    the rules are taken over the queries apart (the keys the mask lets some
+    query see, and those the rules let some query see), in linear memory:
+    exact for a mask over keys only (`(..., 1, Tk)`); with a mask over
+    queries only (`(..., Tq, 1)`), a key that the rules show only to
+    queries the mask hides counts as seen (never the reverse).
     """
     rules = causal or sliding_window is not None
-    if mask is not None and rules and mask.shape[2] != 1:  # None: unknown
+    full = mask is not None and mask.shape[2] != 1 and mask.shape[3] != 1
+    if full and rules:  # (a None dimension, unknown, may be full)
         positions = positional_mask(
             ops.shape(query)[1], ops.shape(key)[1], causal, sliding_window, query_offset
         )
@@ -1178,8 +1181,10 @@ def scaled_dot_product_attention(
     Padded keys are ignored whatever they hold: NaN or inf in a padded key
     or value changes no output (a select zeros them, never a multiply); so
     is a key that `mask`, `causal` and `sliding_window` together hide from
-    every query. A NaN in a real key makes every query that sees it NaN, and
-    reaches the other queries too (0 x NaN in the weighted sum of values).
+    every query (with a mask over queries only, `(..., q_len, 1)`: a key
+    that the mask or the rules alone hide). A NaN in a real key makes every
+    query that sees it NaN, and reaches the other queries too (0 x NaN in the
+    weighted sum of values).
     Padded *queries* are the caller's to zero, with a select as well (the
     layers do), or a NaN in one reaches the gradients of every key.
 

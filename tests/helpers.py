@@ -325,3 +325,8 @@ def assert_quantized_model_round_trips(model, x, path: Path, mode: str) -> None:
     model.save(path)
     loaded = keras.models.load_model(path)
     np.testing.assert_array_equal(loaded.predict(x, verbose=0), quantized)
+    # The loaded model saves and loads again.
+    again = path.with_name(f"again-{path.name}")
+    loaded.save(again)
+    reloaded = keras.models.load_model(again)
+    np.testing.assert_array_equal(reloaded.predict(x, verbose=0), quantized)

@@ -24,6 +24,7 @@ from keras_selfattn.layers._common import (
     clone_initializer,
     dtype_recording_quantized,
     set_weight_options,
+    take_own_policies,
     weight_options_config,
 )
 
@@ -153,6 +154,13 @@ class TransformerBlock(keras.layers.Layer):
         self._feedforward_intermediate_dense.build(shape)
         inner = (*tuple(shape[:-1]), self.intermediate_dim)
         self._feedforward_output_dense.build(inner)
+        # The last of the block's sub-layers is built (both blocks' `build`
+        # end here): a loaded quantized block's take their own policies.
+        take_own_policies(
+            s
+            for s in self._flatten_layers(include_self=False)
+            if not list(s._flatten_layers(include_self=False))
+        )
 
     def _residual(self, x, part, norm, dropout, training):
         """`part(x)` with dropout, a residual and `norm` (pre- or post-LN).

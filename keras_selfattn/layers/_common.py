@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 
 import keras
 from keras import ops
@@ -204,24 +205,57 @@ def rederive_call_attributes(layer: keras.layers.Layer) -> None:
 
 def dtype_recording_quantized(layer: keras.layers.Layer, sublayers) -> dict | None:
     """`layer`'s serialized dtype policy for its config, with the policies
-    of its quantized `sublayers` in a `DTypePolicyMap` keyed by their paths;
-    None when none of them is quantized (the config's dtype stays).
+    of its quantized `sublayers` in a `DTypePolicyMap`; None when none of
+    them is quantized (the config's dtype stays).
 
     After `model.quantize(...)` the sub-layers have quantized policies that
     a config made of constructor arguments does not record: such a layer
     (Keras's `MultiHeadAttention`, keras-hub's blocks outside a keras-hub
     backbone) rebuilds its sub-layers unquantized and fails to load. With the
     map as its dtype, handed down to the sub-layers as they are made, each
-    finds its own policy by its path, as keras-hub's backbones do it.
+    finds its own policy by its path, as keras-hub's backbones do it. The
+    keys are patterns of the paths from `layer`'s name on, whatever comes
+    before: a model's name leads the paths when it was saved, and not when
+    a Sequential or subclassed model builds the layer again on loading.
     """
-    quantized = [s for s in sublayers if s.dtype_policy.quantization_mode]
+    policies = layer.dtype_policy
+    quantized = [s for s in sublayers if _own_policy(s).quantization_mode]
     if not quantized:
         return None
-    policies = layer.dtype_policy
     if isinstance(policies, keras.dtype_policies.DTypePolicyMap):
-        policies = policies.from_config(policies.get_config())
+        policies = policies.from_config(policies.get_config())  # a copy
     else:
         policies = keras.dtype_policies.DTypePolicyMap(policies)
     for sublayer in quantized:
-        policies[sublayer.path] = sublayer.dtype_policy
+        below = sublayer.path[len(layer.path) :]
+        if not (sublayer.path.startswith(layer.path) and below.startswith("/")):
+            below = "/" + sublayer.path  # not under it: its whole path
+        key = "(?:.*/)?" + re.escape(layer.name + below)
+        if key in policies:  # a map this layer was loaded with
+            del policies[key]
+        policies[key] = _own_policy(sublayer)
     return keras.dtype_policies.serialize(policies)
+
+
+def _own_policy(layer: keras.layers.Layer):
+    """A layer's own dtype policy: its entry in the map it was made with."""
+    policy = layer.dtype_policy
+    if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
+        return policy[layer.path] if layer.path else policy.default_policy
+    return policy
+
+
+def take_own_policies(sublayers) -> None:
+    """Gives each built sub-layer made with a `DTypePolicyMap` its own entry
+    as its policy (what `dtype_recording_quantized` wrote for it).
+
+    Keras's quantized `Dense` and `EinsumDense` read
+    `self.dtype_policy.quantization_mode` when they save: on a map that is
+    the map's default (not quantized), so they stored no scale, and a loaded
+    quantized model failed to save again ("Invalid dtype: object"). Their
+    variables were made from their own entry, when they were built.
+    """
+    for sublayer in sublayers:
+        policy = sublayer.dtype_policy
+        if isinstance(policy, keras.dtype_policies.DTypePolicyMap) and sublayer.built:
+            sublayer._dtype_policy = _own_policy(sublayer)

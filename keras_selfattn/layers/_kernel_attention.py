@@ -20,6 +20,7 @@ from keras_selfattn.layers._common import (
     check_keras_mask,
     dtype_recording_quantized,
     rederive_call_attributes,
+    take_own_policies,
 )
 
 # The projections Keras's attention layers build (`_gate_dense` with a gate).
@@ -127,10 +128,13 @@ class KernelAttention:
 
     def _hand_on_masks(self) -> None:
         """After Keras's `build`: the masks are applied in `call`, so the
-        projections hand them on without warning that they would drop them."""
+        projections hand them on without warning that they would drop them;
+        and a loaded quantized layer's projections take their own policies
+        (`take_own_policies`)."""
         for name in _PROJECTIONS:
             if getattr(self, name, None) is not None:
                 getattr(self, name).supports_masking = True
+        take_own_policies(self._projections())
 
     def _check_scores_allowed(self, return_attention_scores) -> None:
         """Raises Keras's error for attention scores under flash attention."""
