@@ -29,6 +29,8 @@ from tests.helpers import BACKEND, release
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ("README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")))
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+# Any fence of Python code, indented (in a list) or written ```py too.
+_ANY_PYTHON_FENCE = re.compile(r"^[ \t]*(?:```|~~~)[ \t]*(?:python|py|python3)\b", re.M)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,8 +269,14 @@ assert tuple(mqa._query_dense.kernel.value.sharding.spec) == (None, "model", Non
 def python_blocks(page: str) -> dict[str, tuple[int, str]]:
     """A page's ```python blocks by first line: (line number, source)."""
     text = (ROOT / page).read_text(encoding="utf-8")
+    fences = len(_ANY_PYTHON_FENCE.findall(text))
+    found = list(_BLOCK.finditer(text))
+    assert fences == len(found), (
+        f"{page}: a Python block this test cannot read (write it as ```python"
+        " at the start of a line)"
+    )
     blocks = {}
-    for match in _BLOCK.finditer(text):
+    for match in found:
         source = match.group(1)
         first = source.splitlines()[0]
         assert first not in blocks, f"{page}: two blocks start with {first!r}"
