@@ -330,3 +330,13 @@ def assert_quantized_model_round_trips(model, x, path: Path, mode: str) -> None:
     loaded.save(again)
     reloaded = keras.models.load_model(again)
     np.testing.assert_array_equal(reloaded.predict(x, verbose=0), quantized)
+
+
+def model_around(block: keras.layers.Layer, kind: str, shape=(5, 8)) -> keras.Model:
+    """A functional or a Sequential model of one block on `(batch, *shape)`
+    inputs (in a Sequential model, a layer's path at load lacks the model's
+    name)."""
+    inputs = keras.Input(shape)
+    if kind == "functional":
+        return keras.Model(inputs, block(inputs))
+    return keras.Sequential([inputs, block])

@@ -3,7 +3,6 @@ and caches are tested against keras-hub in test_keras_hub_parity.py)."""
 
 from __future__ import annotations
 
-import keras
 import numpy as np
 import pytest
 
@@ -11,6 +10,7 @@ from keras_selfattn import TransformerDecoder
 from tests.helpers import (
     BLOCK_BAD_ARGUMENTS,
     assert_quantized_model_round_trips,
+    model_around,
     to_numpy,
 )
 
@@ -119,12 +119,6 @@ def test_a_symbolic_call_with_a_cache_gives_the_output_alone_as_keras_hubs():
 def test_quantized_model_saves_and_loads(rng, tmp_path, mode, kind):
     # keras-hub's block cannot do this outside a keras-hub backbone: its
     # config forgets that the sub-layers were quantized, and loading fails.
-    # In a Sequential model the block's path at load lacks the model's name.
-    inputs = keras.Input((5, 8))
-    block = TransformerDecoder(16, num_heads=2)
-    if kind == "functional":
-        model = keras.Model(inputs, block(inputs))
-    else:
-        model = keras.Sequential([inputs, block])
+    model = model_around(TransformerDecoder(16, num_heads=2), kind)
     x = rng.normal(size=(2, 5, 8)).astype("float32")
     assert_quantized_model_round_trips(model, x, tmp_path / "quantized.keras", mode)

@@ -11,6 +11,7 @@ from keras_selfattn import TransformerEncoder
 from tests.helpers import (
     BLOCK_BAD_ARGUMENTS,
     assert_quantized_model_round_trips,
+    model_around,
     to_numpy,
 )
 
@@ -264,12 +265,6 @@ def test_a_compiled_model_saves_and_loads_with_its_optimizer_state(
 def test_quantized_model_saves_and_loads(rng, tmp_path, mode, kind):
     # keras-hub's block cannot do this outside a keras-hub backbone: its
     # config forgets that the sub-layers were quantized, and loading fails.
-    # In a Sequential model the block's path at load lacks the model's name.
-    inputs = keras.Input((5, 8))
-    block = TransformerEncoder(16, num_heads=2)
-    if kind == "functional":
-        model = keras.Model(inputs, block(inputs))
-    else:
-        model = keras.Sequential([inputs, block])
+    model = model_around(TransformerEncoder(16, num_heads=2), kind)
     x = rng.normal(size=(2, 5, 8)).astype("float32")
     assert_quantized_model_round_trips(model, x, tmp_path / "quantized.keras", mode)
