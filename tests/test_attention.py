@@ -637,20 +637,12 @@ def test_symbolic_inputs_with_unknown_batch_and_length():
     assert tuple(weights.shape) == (None, 2, None, None)
 
 
-_LOAD_AND_PREDICT = """
-import sys, numpy as np, keras
-import keras_selfattn  # registers the kernel's operation; nothing else
-arrays = dict(np.load(sys.argv[2]))
-model = keras.models.load_model(sys.argv[1])
-got = model.predict([arrays[f"a{i}"] for i in range(5)], verbose=0)
-np.savez(sys.argv[3], *got)
-"""
+_KERNEL_OPTIONS = dict(causal=True, query_offset=1, return_scores=True, scale=0.3)
 
 
-@pytest.mark.parametrize("rank", [3, 4], ids=["three_d", "four_d"])
-def test_a_functional_model_of_the_kernel_runs_it(rng, rank, tmp_path, subprocess_env):
-    # Called on keras.Input, the kernel gave a model that built and then
-    # raised NotImplementedError when run: its node had no `call`.
+def _kernel_model(rng, rank: int):
+    """A functional model of the kernel alone on rank-`rank` inputs, and
+    inputs for it: (model, arrays)."""
     heads = () if rank == 3 else (2,)
     q = _random(rng, 2, 5, *heads, 4)
     v = _random(rng, 2, 6, *heads, 3)
@@ -663,31 +655,64 @@ def test_a_functional_model_of_the_kernel_runs_it(rng, rank, tmp_path, subproces
         keras.Input((5, 6), dtype="bool"),
         keras.Input((6,), dtype="bool"),
     ]
-    options = dict(causal=True, query_offset=1, return_scores=True, scale=0.3)
     out, weights = scaled_dot_product_attention(
-        *inputs[:3], inputs[3], padding_mask=inputs[4], **options
+        *inputs[:3], inputs[3], padding_mask=inputs[4], **_KERNEL_OPTIONS
     )
     model = keras.Model(inputs, [out, weights])
-    arrays = [q, v[..., :1].repeat(4, -1), v, mask, padding]
+    return model, [q, v[..., :1].repeat(4, -1), v, mask, padding]
+
+
+@pytest.mark.parametrize("rank", [3, 4], ids=["three_d", "four_d"])
+def test_a_functional_model_of_the_kernel_runs_it(rng, rank):
+    # Called on keras.Input, the kernel gave a model that built and then
+    # raised NotImplementedError when run: its node had no `call`.
+    model, arrays = _kernel_model(rng, rank)
     got = model.predict(arrays, verbose=0)
     want = scaled_dot_product_attention(
-        *arrays[:3], mask, padding_mask=padding, **options
+        *arrays[:3], arrays[3], padding_mask=arrays[4], **_KERNEL_OPTIONS
     )
-    for a, b, spec in zip(got, want, (out, weights), strict=True):
+    for a, b, spec in zip(got, want, model.outputs, strict=True):
         np.testing.assert_allclose(a, to_numpy(b), rtol=1e-6, atol=1e-7)
         shape = zip(spec.shape, a.shape, strict=True)
         assert a.shape == tuple(known or got for known, got in shape)
+
+
+# Loads each (model, inputs, outputs) triple of paths it is given; one
+# process for all, as a Python process with its backend takes seconds to start.
+_LOAD_AND_PREDICT = """
+import sys, numpy as np, keras
+import keras_selfattn  # registers the kernel's operation; nothing else
+for model_path, inputs_path, outputs_path in zip(*[iter(sys.argv[1:])] * 3):
+    arrays = dict(np.load(inputs_path))
+    model = keras.models.load_model(model_path)
+    got = model.predict([arrays[f"a{i}"] for i in range(5)], verbose=0)
+    np.savez(outputs_path, *got)
+"""
+
+
+def test_functional_models_of_the_kernel_load_in_a_fresh_process(
+    rng, tmp_path, subprocess_env
+):
     # Saved, and loaded in a fresh process with the options kept.
-    model.save(tmp_path / "kernel.keras")
-    np.savez(tmp_path / "in.npz", **{f"a{i}": a for i, a in enumerate(arrays)})
+    expected, paths = {}, []
+    for rank in (3, 4):
+        model, arrays = _kernel_model(rng, rank)
+        expected[rank] = model.predict(arrays, verbose=0)
+        model.save(tmp_path / f"kernel{rank}.keras")
+        np.savez(
+            tmp_path / f"in{rank}.npz", **{f"a{i}": a for i, a in enumerate(arrays)}
+        )
+        names = (f"kernel{rank}.keras", f"in{rank}.npz", f"out{rank}.npz")
+        paths += [tmp_path / name for name in names]
     subprocess.run(
-        [sys.executable, "-c", _LOAD_AND_PREDICT, str(tmp_path / "kernel.keras"),
-         str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
+        [sys.executable, "-c", _LOAD_AND_PREDICT, *map(str, paths)],
         check=True, env=subprocess_env, timeout=300,
     )  # fmt: skip
-    loaded = np.load(tmp_path / "out.npz")
-    for i, a in enumerate(got):
-        np.testing.assert_array_equal(loaded[f"arr_{i}"], a)
+    for rank, got in expected.items():
+        loaded = np.load(tmp_path / f"out{rank}.npz")
+        assert len(loaded.files) == len(got) == 2
+        for i, a in enumerate(got):
+            np.testing.assert_array_equal(loaded[f"arr_{i}"], a, err_msg=f"rank {rank}")
 
 
 # ------------------------------------------------------------------- errors
