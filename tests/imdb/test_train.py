@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import json
 import re
+import shutil
 
 import keras
 import numpy as np
@@ -337,17 +338,40 @@ class _InterruptAfterFirstEpoch(keras.callbacks.Callback):
             raise KeyboardInterrupt
 
 
-def test_an_interrupted_run_resumes_after_its_last_epoch(tmp_path, capsys):
-    data = write_acl(tmp_path / "acl", n_train=64, n_test=8)
-    out = tmp_path / "resume.keras"
-    options = {**TINY, "epochs": 2, "batch_size": 32, "verbose": 1}
-    config = TrainConfig(data=str(data), out=out, **options)
+# The run the resume tests interrupt after its first epoch.
+_RESUMED = {**TINY, "epochs": 2, "batch_size": 32, "seed": 3}
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """Reviews, and the checkpoint of a run of `_RESUMED` on them interrupted
+    after its first epoch: (data folder, checkpoint folder). Made once: each
+    test resumes from a copy."""
+    folder = tmp_path_factory.mktemp("interrupted")
+    data = write_acl(folder / "acl", n_train=64, n_test=8)
+    out = folder / "resume.keras"
+    config = TrainConfig(data=str(data), out=out, **_RESUMED)
     with pytest.raises(KeyboardInterrupt):
         train(config, callbacks=[_InterruptAfterFirstEpoch()])
     assert not out.exists()
-    assert (tmp_path / "resume.keras.backup" / "checkpoint").is_file()
-    capsys.readouterr()
+    backup = folder / "resume.keras.backup"
+    assert (backup / "checkpoint").is_file()
+    assert json.loads((backup / "options.json").read_text())["seed"] == 3
+    return data, backup
 
+
+def _resume_config(interrupted, tmp_path, **changes) -> TrainConfig:
+    """`_RESUMED` with `changes`, its output in `tmp_path` beside a copy of
+    the interrupted run's checkpoint (`tmp_path / "resume.keras.backup"`)."""
+    data, backup = interrupted
+    shutil.copytree(backup, tmp_path / "resume.keras.backup")
+    out = tmp_path / "resume.keras"
+    return TrainConfig(data=str(data), out=out, **{**_RESUMED, **changes})
+
+
+def test_an_interrupted_run_resumes_after_its_last_epoch(interrupted, tmp_path, capsys):
+    config = _resume_config(interrupted, tmp_path, verbose=1)
+    capsys.readouterr()
     result = train(config)
     printed = capsys.readouterr().out
     assert "resuming after epoch 1" in printed
@@ -356,24 +380,17 @@ def test_an_interrupted_run_resumes_after_its_last_epoch(tmp_path, capsys):
     assert not (tmp_path / "resume.keras.backup").exists()
     # The optimizer state came back too: its step count covers both epochs.
     steps_per_epoch = -(-(64 - round(0.05 * 64)) // 32)
-    model = keras.models.load_model(out)
+    model = keras.models.load_model(config.out)
     assert int(model.optimizer.iterations) == 2 * steps_per_epoch
 
 
-def test_a_resume_with_other_options_is_refused_naming_them(tmp_path, capsys):
+def test_a_resume_with_other_options_is_refused_naming_them(
+    interrupted, tmp_path, capsys
+):
     # The checkpoint's weights would meet another vocabulary, seed and
     # schedule: it trained on and reported 0.5 without a word before.
-    data = write_acl(tmp_path / "acl", n_train=64, n_test=8)
-    out = tmp_path / "resume.keras"
-    options = {**TINY, "epochs": 2, "batch_size": 32, "seed": 3}
-    with pytest.raises(KeyboardInterrupt):
-        train(
-            TrainConfig(data=str(data), out=out, **options),
-            callbacks=[_InterruptAfterFirstEpoch()],
-        )
+    other = _resume_config(interrupted, tmp_path, seed=7)
     backup = tmp_path / "resume.keras.backup"
-    assert json.loads((backup / "options.json").read_text())["seed"] == 3
-    other = TrainConfig(data=str(data), out=out, **{**options, "seed": 7})
     with pytest.raises(DistributeError) as error:
         train(other)
     assert str(error.value) == (
@@ -381,22 +398,18 @@ def test_a_resume_with_other_options_is_refused_naming_them(tmp_path, capsys):
         f"not 7); run the same command again to resume, or delete {backup} "
         "to start over"
     )
-    assert not out.exists() and backup.is_dir()  # nothing trained, nothing lost
+    assert not other.out.exists() and backup.is_dir()  # nothing trained, nothing lost
     # What leaves the weights alone may change: the run resumes.
-    same = TrainConfig(data=str(data), out=out, **options, calibrate=False)
+    same = dataclasses.replace(other, seed=3, calibrate=False)
     capsys.readouterr()
     train(same)
     assert "resuming after epoch 1" in capsys.readouterr().out
 
 
-def test_a_checkpoint_of_the_first_standardization_is_refused(tmp_path):
+def test_a_checkpoint_of_the_first_standardization_is_refused(interrupted, tmp_path):
     # The checkpoint holds the weights, not the vocabulary, which a resume
     # builds again: one written before `standardize_v2` would meet another.
-    data = write_acl(tmp_path / "acl", n_train=64, n_test=8)
-    out = tmp_path / "resume.keras"
-    config = TrainConfig(data=str(data), out=out, **{**TINY, "epochs": 2})
-    with pytest.raises(KeyboardInterrupt):
-        train(config, callbacks=[_InterruptAfterFirstEpoch()])
+    config = _resume_config(interrupted, tmp_path)
     backup = tmp_path / "resume.keras.backup"
     options = json.loads((backup / "options.json").read_text())
     assert options.pop("standardize") == "standardize_v2"
@@ -407,17 +420,13 @@ def test_a_checkpoint_of_the_first_standardization_is_refused(tmp_path):
 
 
 def test_a_resume_on_another_number_of_replicas_is_refused(
-    tmp_path, capsys, monkeypatch
+    interrupted, tmp_path, monkeypatch
 ):
     # --batch-size is per replica: the global batch and the steps of the
     # learning-rate schedule follow the replicas, which TF_CONFIG's cluster
     # or the machine's GPUs set, not an option. A resume on another count
     # ended as neither run would have.
-    data = write_acl(tmp_path / "acl", n_train=64, n_test=8)
-    out = tmp_path / "resume.keras"
-    config = TrainConfig(data=str(data), out=out, **{**TINY, "epochs": 2})
-    with pytest.raises(KeyboardInterrupt):
-        train(config, callbacks=[_InterruptAfterFirstEpoch()])
+    config = _resume_config(interrupted, tmp_path)
     plan = distributed.plan
 
     def on_two_replicas(strategy, batch_size, n_train):
