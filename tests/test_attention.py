@@ -698,12 +698,11 @@ def test_functional_models_of_the_kernel_load_in_a_fresh_process(
     for rank in (3, 4):
         model, arrays = _kernel_model(rng, rank)
         expected[rank] = model.predict(arrays, verbose=0)
-        model.save(tmp_path / f"kernel{rank}.keras")
-        np.savez(
-            tmp_path / f"in{rank}.npz", **{f"a{i}": a for i, a in enumerate(arrays)}
-        )
-        names = (f"kernel{rank}.keras", f"in{rank}.npz", f"out{rank}.npz")
-        paths += [tmp_path / name for name in names]
+        model_path = tmp_path / f"kernel{rank}.keras"
+        inputs_path = tmp_path / f"in{rank}.npz"
+        model.save(model_path)
+        np.savez(inputs_path, **{f"a{i}": a for i, a in enumerate(arrays)})
+        paths += [model_path, inputs_path, tmp_path / f"out{rank}.npz"]
     subprocess.run(
         [sys.executable, "-c", _LOAD_AND_PREDICT, *map(str, paths)],
         check=True, env=subprocess_env, timeout=300,
