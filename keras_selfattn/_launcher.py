@@ -8,8 +8,10 @@ In any other process than the command line (`keras-selfattn ...` or
 1. checks that the demo extra is installed (TensorFlow, the bundled reviews,
    matplotlib) before any demo module is imported, else prints one line naming
    the install command and exits 2;
-2. defaults `KERAS_BACKEND` to `tensorflow` and `TF_CPP_MIN_LOG_LEVEL` to 3
-   (none of TensorFlow's C++ log lines: the error-level ones are notices too,
+2. defaults `KERAS_BACKEND` to `tensorflow`, `TF_CPU_ALLOCATOR_USE_BFC` to
+   `true` (TensorFlow's caching allocator on the CPU: training spends far
+   less time faulting in the pages of freed tensors) and `TF_CPP_MIN_LOG_LEVEL`
+   to 3 (none of TensorFlow's C++ log lines: the error-level ones are notices too,
    such as "oneDNN supports DT_BOOL only on platforms with AVX-512", which
    `explain` printed after its output on an Intel Xeon; a real failure
    still raises, and the command prints it in one line);
@@ -72,9 +74,17 @@ def check_demo_installed() -> None:
 
 
 def set_environment() -> None:
-    """TensorFlow as the backend and its C++ logs off, by default; with
-    `KERAS_SELFATTN_DEBUG` set, TensorFlow's own log level."""
+    """TensorFlow as the backend, its caching CPU allocator and its C++ logs
+    off, by default; with `KERAS_SELFATTN_DEBUG` set, TensorFlow's own log
+    level. A variable the user set is left as it is."""
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    # TensorFlow's default CPU allocator hands each large tensor back to the
+    # system when it is freed, and the next step faults the pages in again:
+    # its BFC allocator keeps them. Default training, 3,000 reviews, 1 epoch,
+    # on a 2-core AMD EPYC (2026-12-06): 69 s wall, 46 s of it in the kernel
+    # (11.7 million page faults) without it; 46 s, 10 s, 2.2 million with it.
+    # Read when TensorFlow makes its first tensor: set before the import.
+    os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
     if not os.environ.get("KERAS_SELFATTN_DEBUG"):
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 

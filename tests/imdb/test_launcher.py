@@ -65,6 +65,22 @@ def test_the_command_silences_tensorflows_cpp_logs(given, debug, expected, monke
     assert os.environ.get("TF_CPP_MIN_LOG_LEVEL") == expected
 
 
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [(None, "true"), ("false", "false")],
+    ids=["default-bfc", "the-users-choice"],
+)
+def test_the_command_uses_tensorflows_caching_cpu_allocator(
+    given, expected, monkeypatch
+):
+    # Set first, so that the test leaves the variable as it found it.
+    monkeypatch.setenv("TF_CPU_ALLOCATOR_USE_BFC", given or "unset")
+    if given is None:
+        monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC")
+    _launcher.set_environment()
+    assert os.environ["TF_CPU_ALLOCATOR_USE_BFC"] == expected
+
+
 def test_quiet_stderr_hides_file_descriptor_2(capfd, monkeypatch):
     monkeypatch.delenv("KERAS_SELFATTN_DEBUG", raising=False)
     with _launcher.quiet_stderr():
