@@ -136,6 +136,20 @@ def check_paths(
         )
 
 
+# Positions are int32 in the kernel: the largest query offset and sliding
+# window.
+MAX_POSITION = 2**31 - 1
+
+
+def check_sliding_window(value: Any) -> None:
+    """`sliding_window`: `None` or an integer in `[1, MAX_POSITION]`.
+
+    The layers check it when constructed, so that a window the kernel would
+    refuse at every call is refused at once.
+    """
+    check_int_in_range("sliding_window", value, 1, MAX_POSITION, allow_none=True)
+
+
 def check_int_in_range(
     argument: str, value: Any, low: int, high: int | None = None, allow_none=False
 ) -> None:

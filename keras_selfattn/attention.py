@@ -16,6 +16,7 @@ import logging
 import math
 import numbers
 import os
+from typing import Any
 
 import keras
 import numpy as np
@@ -23,13 +24,16 @@ from keras import ops
 
 from keras_selfattn import _backend
 from keras_selfattn._validation import (
+    MAX_POSITION,
     check_bool,
     check_int_in_range,
+    check_one_of,
     check_paths,
     check_positive_float,
     check_positive_int,
     check_rate,
     check_seed,
+    check_sliding_window,
 )
 from keras_selfattn._validation import invalid as _invalid
 
@@ -50,8 +54,11 @@ __all__ = [
 # float32 and float64 for any real logit m, and twice the constant is still
 # finite, so nothing becomes -inf or NaN.
 _MASKED_LOGIT = -0.3 * 3.4028235e38
-# Positions are int32: the largest query offset and sliding window.
-_MAX_POSITION = 2**31 - 1
+_MAX_POSITION = MAX_POSITION  # positions are int32
+
+# A tensor of the running backend, a NumPy array or a `keras.KerasTensor`:
+# what `keras.ops` functions take.
+TensorLike = Any
 
 
 def _wide(dtype) -> str:
@@ -211,7 +218,7 @@ def _normalize_mask(mask, batch, heads, q_len, k_len, squeezed_heads):
     """Returns `mask` as a boolean 4-D tensor broadcastable to (B, H, Tq, Tk)."""
     check_mask_shape(mask.shape, batch, heads, q_len, k_len, squeezed_heads)
     rank = len(mask.shape)
-    mask = _as_bool("mask", mask, "may attend")
+    mask = as_bool_mask("mask", mask, "may attend")
     if rank == 2:
         mask = ops.expand_dims(ops.expand_dims(mask, 0), 0)
     elif rank == 3:
@@ -219,10 +226,11 @@ def _normalize_mask(mask, batch, heads, q_len, k_len, squeezed_heads):
     return mask
 
 
-def _as_bool(name: str, mask, true_means: str):
+def as_bool_mask(name: str, mask, true_means: str):
     """`mask` as booleans. 0 / 1 values read as False / True; any other value
     is refused where the values are known (eagerly): an additive mask (0
-    where allowed, -inf where not) would read inverted."""
+    where allowed, -inf where not) would read inverted. The layers read
+    every mask they are given through it."""
     if mask.dtype == "bool":
         return mask
     if _backend.values_known(mask):
@@ -466,7 +474,30 @@ def _plain_attention(
     return output, scores
 
 
-def masked_softmax(logits, mask=None, axis=-1):
+def _check_axis(axis, rank: int) -> None:
+    """`masked_softmax`'s `axis`: an int or a tuple of distinct ints, each an
+    axis of a tensor of `rank` (negative ones counted from the end)."""
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    ok = (
+        len(axes) > 0
+        and all(isinstance(a, int) and not isinstance(a, bool) for a in axes)
+        and all(-rank <= a < rank for a in axes)
+        and len({a % rank for a in axes}) == len(axes)
+    )
+    if not ok:
+        raise _invalid(
+            "axis",
+            f"an int or a tuple of distinct ints, each an axis of the {rank}-D "
+            f"logits (from {-rank} to {rank - 1})",
+            axis,
+        )
+
+
+def masked_softmax(
+    logits: TensorLike,
+    mask: TensorLike | None = None,
+    axis: int | tuple[int, ...] = -1,
+) -> TensorLike:
     """The kernel's softmax on its own, for code that computes its logits.
 
     Runs in float32 (float64 for float64 logits) and comes back in the dtype
@@ -502,6 +533,7 @@ def masked_softmax(logits, mask=None, axis=-1):
         raise _invalid(
             "logits", "a floating-point tensor", f"<tensor of dtype {dtype}>"
         )
+    _check_axis(axis, len(logits.shape))
     wide = _wide(dtype)
     logits = ops.cast(logits, wide)
     if mask is not None:
@@ -514,7 +546,7 @@ def masked_softmax(logits, mask=None, axis=-1):
                 f"{tuple(logits.shape)}",
                 f"<tensor of shape {tuple(mask.shape)}>",
             )
-        mask = _as_bool("mask", mask, "may attend")
+        mask = as_bool_mask("mask", mask, "may attend")
         logits = ops.where(mask, logits, _constant(_MASKED_LOGIT, wide))
     row_max = _row_max(logits, axis)
     weights = ops.exp(ops.subtract(logits, row_max))
@@ -1045,6 +1077,7 @@ def plan_attention(
     ...                memory_budget=2**30)
     AttentionPlan(path='chunked', chunk_size=512, footprint=...)
     """
+    _check_plan_arguments(locals())
     del mask, padding_mask, causal, sliding_window  # Every path takes them.
     refusal = _fused_refusal(backend, dim, value_dim, return_scores, half_on_cpu)
     if flash_attention:
@@ -1077,6 +1110,28 @@ def plan_attention(
         if rows * min(size, k_len) * CHUNK_BYTES_PER_ELEMENT <= memory_budget:
             break
     return AttentionPlan("chunked", size, footprint)
+
+
+# The backends Keras 3 runs on (`keras.backend.backend()`).
+_KERAS_BACKENDS = ("tensorflow", "jax", "torch", "numpy", "openvino")
+
+
+def _check_plan_arguments(arguments: dict) -> None:
+    """`plan_attention`'s checks: it is public, and a plan for a negative
+    length or a budget of -5 would be no plan."""
+    for name in ("batch", "q_len", "k_len", "dim", "value_dim"):
+        check_int_in_range(name, arguments[name], 0, allow_none=True)
+    check_positive_int("heads", arguments["heads"])
+    check_one_of("backend", arguments["backend"], _KERAS_BACKENDS)
+    check_positive_int("memory_budget", arguments["memory_budget"])
+    for name in ("half_on_cpu", "mask", "padding_mask", "causal", "return_scores"):
+        check_bool(name, arguments[name])
+    check_sliding_window(arguments["sliding_window"])
+    check_rate("dropout", arguments["dropout"])
+    check_bool("flash_attention", arguments["flash_attention"], allow_none=True)
+    check_paths(
+        arguments["chunk_size"], arguments["flash_attention"], arguments["dropout"]
+    )
 
 
 def _plan(query, key, value, mask, padding_mask, options) -> AttentionPlan:
@@ -1125,12 +1180,12 @@ def _no_query(query, key, value, squeezed, return_scores):
 
 
 def scaled_dot_product_attention(
-    query,
-    key,
-    value,
-    mask=None,
+    query: TensorLike,
+    key: TensorLike,
+    value: TensorLike,
+    mask: TensorLike | None = None,
     *,
-    padding_mask=None,
+    padding_mask: TensorLike | None = None,
     scale: float | None = None,
     causal: bool = False,
     sliding_window: int | None = None,
@@ -1140,8 +1195,8 @@ def scaled_dot_product_attention(
     return_scores: bool = False,
     flash_attention: bool | None = None,
     chunk_size: int | None = None,
-    query_offset=0,
-):
+    query_offset: int | TensorLike = 0,
+) -> TensorLike | tuple[TensorLike, TensorLike]:
     """Scaled dot-product attention, softmax(Q Kᵀ · scale) V.
 
     Shapes come first, as in `keras.ops.dot_product_attention`:
@@ -1273,7 +1328,7 @@ def scaled_dot_product_attention(
     """
     check_positive_float("scale", scale, allow_none=True)
     check_bool("causal", causal)
-    check_int_in_range("sliding_window", sliding_window, 1, _MAX_POSITION, True)
+    check_sliding_window(sliding_window)
     check_rate("dropout", dropout)
     check_bool("training", training, allow_none=True)
     if not isinstance(seed, keras.random.SeedGenerator):
@@ -1310,7 +1365,7 @@ def scaled_dot_product_attention(
         if not isinstance(padding_mask, keras.KerasTensor):
             padding_mask = ops.convert_to_tensor(padding_mask)
         _check_padding_mask(padding_mask, batch, k_len)
-        padding_mask = _as_bool("padding_mask", padding_mask, "a real key")
+        padding_mask = as_bool_mask("padding_mask", padding_mask, "a real key")
     options = {
         "scale": scale,
         "causal": causal,

@@ -62,9 +62,14 @@ class Entry(NamedTuple):
 class ConversionReport:
     """What `keras_selfattn.convert` converted and what it left alone.
 
-    Both are tuples of `Entry(path, layer_class, reason)`, in the order the
-    layers sit in the model. `str(report)` lists them, each
-    with its reason on the line below.
+    `str(report)` lists both, each entry with its reason on the line below.
+
+    Attributes:
+        converted: The layers now computing through the kernel, a tuple of
+            `Entry(path, layer_class, reason)` in the order the layers sit
+            in the model.
+        left_alone: The attention layers left as they were, with the
+            reason, in the same form.
 
     Example:
 

@@ -845,6 +845,14 @@ _BAD_SOFTMAX = {
         (np.zeros((2, 3), "float32"), np.ones((1, 2, 3), bool)),
         r"`mask`",
     ),
+    # These failed deep inside the backend's reduction.
+    "axis_out_of_range": (
+        (np.zeros((2, 3), "float32"), None, 2),
+        r"`axis`, expected an int or a tuple of distinct ints, each an axis of "
+        r"the 2-D logits \(from -2 to 1\)\. Received: axis=2",
+    ),
+    "axis_a_string": ((np.zeros((2, 3), "float32"), None, "a"), r"`axis`"),
+    "axis_repeated": ((np.zeros((2, 3), "float32"), None, (1, -1)), r"`axis`"),
 }
 
 

@@ -155,6 +155,37 @@ def test_flash_true_that_cannot_be_honoured_raises(options, match):
         )
 
 
+_BAD_PLANS = {
+    "budget_negative": (
+        dict(memory_budget=-5),
+        r"`memory_budget`, expected a positive",
+    ),
+    "heads_zero": (dict(heads=0), r"`heads`, expected a positive integer"),
+    "q_len_negative": (dict(q_len=-3), r"`q_len`, expected an integer >= 0 or `None`"),
+    "backend_misspelt": (dict(backend="tensorflw"), r"`backend`, expected one of"),
+    "dropout_above_1": (dict(dropout=2.0), r"`dropout`"),
+    "window_zero": (dict(sliding_window=0), r"`sliding_window`"),
+    "causal_a_string": (dict(causal="no"), r"`causal`, expected a boolean"),
+    "chunk_size_zero": (dict(chunk_size=0), r"`chunk_size`"),
+    # What the docstring's rule 3 calls an error, and the kernel refuses.
+    "chunk_size_with_dropout": (dict(chunk_size=2, dropout=0.1), r"dropout"),
+    "chunk_size_with_flash": (
+        dict(chunk_size=2, flash_attention=True, backend="jax"),
+        r"two different attention paths",
+    ),
+}
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("options, match", _BAD_PLANS.values(), ids=_BAD_PLANS.keys())
+def test_bad_arguments_are_a_value_error_not_a_plan(options, match):
+    # plan_attention is public: these returned plans (a negative footprint,
+    # a chunked plan with dropout), where the kernel would have refused.
+    arguments = {**_SHAPE, "backend": "tensorflow", "memory_budget": GIB, **options}
+    with pytest.raises(ValueError, match=match):
+        plan_attention(**arguments)
+
+
 # ------------------------------------------------------------------- budget
 
 

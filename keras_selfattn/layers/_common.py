@@ -16,8 +16,10 @@ from keras_selfattn._validation import (
     check_positive_int,
     check_rate,
     check_seed,
+    check_sliding_window,
     invalid,
 )
+from keras_selfattn.attention import as_bool_mask
 
 
 def check_keras_mask(argument: str, mask, inputs) -> None:
@@ -35,6 +37,51 @@ def check_keras_mask(argument: str, mask, inputs) -> None:
             f"a mask of shape (batch, *dims) matching the input's {want}",
             f"<tensor of shape {shape}>",
         )
+
+
+def check_built_features(
+    layer: keras.layers.Layer, argument: str, shape, built_as: str = "input_shape"
+) -> None:
+    """Once `layer` is built, a call's `argument` (of `shape`) has the
+    feature size, the last dimension, that the layer was built for.
+
+    The size built for is Keras's record of the build (`get_build_config`:
+    `built_as` names the build argument). Another size would fail deep in
+    the backend (a matmul or a reshape of the projections), or, in a
+    symbolic call, only when the model runs.
+    """
+    config = layer.get_build_config() if layer.built else None
+    if not config:
+        return
+    if "shapes_dict" in config:
+        built = config["shapes_dict"].get(built_as)
+    else:  # One build argument was given, the first: Keras's `input_shape`.
+        first = next(iter(inspect.signature(layer.build).parameters), None)
+        built = (
+            config.get("input_shape") if built_as in ("input_shape", first) else None
+        )
+    want = None if built is None else built[-1]
+    if want is not None and shape[-1] is not None and shape[-1] != want:
+        raise invalid(
+            argument,
+            f"a last dimension of {want}, the size the layer was built for "
+            f"({built_as}={tuple(built)})",
+            f"<tensor of shape {tuple(shape)}>",
+        )
+
+
+def boolean_mask(argument: str, mask, true_means: str):
+    """A mask that a caller passed, as booleans; `None` stays `None`.
+
+    The kernel's rule (`as_bool_mask`): 0 / 1 values read as False / True,
+    any other value is refused where the values are known, eagerly (an
+    additive mask, 0 where allowed and -inf where not, would read inverted).
+    """
+    if mask is None:
+        return None
+    if not isinstance(mask, keras.KerasTensor):
+        mask = ops.convert_to_tensor(mask)
+    return as_bool_mask(argument, mask, true_means)
 
 
 def combined_masks(*masks):
@@ -158,7 +205,7 @@ def check_attention_options(
     `GroupQueryAttention` share (Keras's arguments and the kernel's)."""
     check_bool("use_bias", use_bias)
     check_rate("dropout", dropout)
-    check_positive_int("sliding_window", sliding_window, allow_none=True)
+    check_sliding_window(sliding_window)
     check_positive_float("scale", scale, allow_none=True)
     check_bool("flash_attention", flash_attention, allow_none=True)
     check_paths(chunk_size, flash_attention, dropout)

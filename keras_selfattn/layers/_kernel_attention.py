@@ -17,6 +17,8 @@ import keras
 from keras_selfattn._validation import check_paths
 from keras_selfattn.attention import check_mask_shape
 from keras_selfattn.layers._common import (
+    boolean_mask,
+    check_built_features,
     check_keras_mask,
     dtype_recording_quantized,
     rederive_call_attributes,
@@ -147,15 +149,34 @@ class KernelAttention:
             )
 
     @staticmethod
-    def _check_call_masks(query, value, key, query_mask, value_mask, key_mask):
-        """Each of Keras's masks must have its input's leading shape."""
+    def _call_masks(query, value, key, query_mask, value_mask, key_mask):
+        """Keras's masks of a call as booleans (`boolean_mask`), each checked
+        to have its input's leading shape: `(query_mask, value_mask,
+        key_mask)`, None where not given."""
+        masks = []
         for name, mask, tensor in (
             ("query_mask", query_mask, query),
             ("value_mask", value_mask, value),
             ("key_mask", key_mask, key),
         ):
+            mask = boolean_mask(name, mask, f"a real {name[:-5]} position")
             if mask is not None:
                 check_keras_mask(name, mask, tensor)
+            masks.append(mask)
+        return tuple(masks)
+
+    def _check_built_features(self, query_shape, value_shape, key_shape) -> None:
+        """Once built, the query, value and key have the feature sizes the
+        projections were built for (`check_built_features`)."""
+        built = (self.get_build_config() or {}).get("shapes_dict", {})
+        key_built_as = "value_shape" if built.get("key_shape") is None else "key_shape"
+        for name, shape, built_as in (
+            ("query", query_shape, "query_shape"),
+            ("value", value_shape, "value_shape"),
+            ("key", key_shape, key_built_as),
+        ):
+            if shape is not None:
+                check_built_features(self, name, shape, built_as)
 
     def _check_attention_mask(self, attention_mask, query, key) -> None:
         """The kernel's check of a call's `attention_mask`, under that name,

@@ -9,6 +9,7 @@ from keras_selfattn import _backend
 from keras_selfattn._validation import invalid
 from keras_selfattn.attention import positional_mask
 from keras_selfattn.layers._common import (
+    boolean_mask,
     combined_masks,
     zero_padded,
     zero_padded_scores,
@@ -62,9 +63,17 @@ class CachedMultiHeadAttention(MultiHeadAttention):
     Args:
         num_heads: Positive integer, the number of attention heads.
         key_dim: Positive integer, the size of each head for query and key.
-        **kwargs: The other arguments of `keras_selfattn.MultiHeadAttention`
-            (`value_dim`, `dropout`, `use_bias`, ..., `scale`,
-            `chunk_size`), with its defaults, and base layer arguments.
+        **kwargs: The other arguments of `keras_selfattn.MultiHeadAttention`,
+            with its meanings and defaults: `value_dim` (`None`: `key_dim`),
+            `dropout` (`0.0`), `use_bias` (`True`), `output_shape`
+            (`None`), `attention_axes` (`None`), `sliding_window` (`None`),
+            `flash_attention` (`None`), `kernel_initializer`
+            (`"glorot_uniform"`), `bias_initializer` (`"zeros"`),
+            `kernel_regularizer`, `bias_regularizer`, `activity_regularizer`,
+            `kernel_constraint` and `bias_constraint` (`None`), `use_gate`
+            (`False`), `seed` (`None`), `scale` (`None`: `1 / sqrt(key_dim)`)
+            and `chunk_size` (`None`); and base layer arguments, such as
+            `name` and `dtype`.
 
     Call arguments:
         query: Query tensor `(B, T, dim)`.
@@ -127,6 +136,14 @@ class CachedMultiHeadAttention(MultiHeadAttention):
                 "the values, stacked",
                 f"<tensor of shape {shape}>",
             )
+        dtype = keras.backend.standardize_dtype(cache.dtype)
+        if dtype != self.compute_dtype:
+            raise invalid(
+                "cache",
+                f"a tensor of the layer's compute dtype, {self.compute_dtype} "
+                "(the new keys and values are written into it)",
+                f"<tensor of dtype {dtype}>",
+            )
         if self._value_dim != size:
             raise invalid(
                 "cache",
@@ -137,19 +154,32 @@ class CachedMultiHeadAttention(MultiHeadAttention):
 
     @staticmethod
     def _check_update_index(index, key, cache) -> None:
-        """A `cache_update_index` whose value is known (a Python or NumPy
-        integer, an eager scalar tensor) must place the new entries inside
-        the cache: backends clamp a slice update that does not fit (JAX and
-        TensorFlow), which would write the wrong rows silently. A traced index
-        (decoding under `jit`) is the caller's to keep in range."""
-        if isinstance(index, bool):
-            return
-        if not isinstance(index, int):
+        """A `cache_update_index` is an integer or a scalar integer tensor
+        (a float would reach the backend's slice update, and fail there).
+        Where its value is known (a Python or NumPy integer, an eager scalar
+        tensor) it must place the new entries inside the cache: backends
+        clamp a slice update that does not fit (JAX and TensorFlow), which
+        would write the wrong rows silently. A traced index (decoding under
+        `jit`) is the caller's to keep in range."""
+        dtype = getattr(index, "dtype", None)
+        if dtype is not None:
+            dtype = keras.backend.standardize_dtype(dtype)
+        is_int = isinstance(index, int) and not isinstance(index, bool)
+        if not is_int and (
+            dtype is None
+            or "int" not in dtype
+            or tuple(getattr(index, "shape", ())) != ()
+        ):
+            shape = getattr(index, "shape", None)
+            raise invalid(
+                "cache_update_index",
+                "an integer or a scalar integer tensor",
+                index if dtype is None else f"<tensor of dtype {dtype}, shape {shape}>",
+            )
+        if not is_int:
             # A NumPy integer (`np.arange`'s) reaches `call` as an eager
             # tensor: its value is known, so it is checked too.
-            if tuple(getattr(index, "shape", (None,))) != () or not (
-                _backend.values_known(index)
-            ):
+            if not _backend.values_known(index):
                 return
             index = int(ops.convert_to_numpy(index))
         length, new = cache.shape[2], key.shape[1]
@@ -184,12 +214,15 @@ class CachedMultiHeadAttention(MultiHeadAttention):
     ):
         if key is None:
             key = value
+        self._check_build_shapes(query.shape, value.shape, key.shape)
         self._check_scores_allowed(return_attention_scores)
         padding = None
         if cache is None:
             # Keras's masks (which keras-hub's layer ignores); with a cache
             # they would cover the new entries only, and are not read.
-            self._check_call_masks(query, value, key, query_mask, value_mask, key_mask)
+            query_mask, value_mask, key_mask = self._call_masks(
+                query, value, key, query_mask, value_mask, key_mask
+            )
             padding = combined_masks(value_mask, key_mask)
             # Padding may hold NaN or inf: zeroed (a select) before projecting.
             query = zero_padded(query, query_mask)
@@ -220,8 +253,7 @@ class CachedMultiHeadAttention(MultiHeadAttention):
             key = self._key_dense(key)
             value = self._value_dense(value)
 
-        if attention_mask is not None:
-            attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
+        attention_mask = boolean_mask("attention_mask", attention_mask, "may attend")
         hook = type(self)._compute_attention
         own_hook = hook is MultiHeadAttention._compute_attention
         extra = {}

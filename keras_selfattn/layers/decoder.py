@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import keras
-from keras import ops
 
 from keras_selfattn._validation import check_rank, invalid
 from keras_selfattn.layers._block import TransformerBlock
 from keras_selfattn.layers._common import (
+    boolean_mask,
+    check_built_features,
     check_keras_mask,
     combined_masks,
     keras_mask_of,
@@ -285,7 +286,7 @@ class TransformerDecoder(TransformerBlock):
             padding = keras_mask_of(sequence)
         if padding is None:
             return None
-        padding = ops.cast(ops.convert_to_tensor(padding), "bool")
+        padding = boolean_mask(f"{argument}_padding_mask", padding, "a real token")
         if len(padding.shape) != 2:
             raise invalid(
                 f"{argument}_padding_mask",
@@ -303,7 +304,9 @@ class TransformerDecoder(TransformerBlock):
         mask = None if padding is None else padding[:, None, :]
         if attention_mask is None:
             return mask
-        attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
+        attention_mask = boolean_mask(
+            f"{argument}_attention_mask", attention_mask, "may attend"
+        )
         name, layout = (
             f"{argument}_attention_mask",
             "(batch, target_length, source_length)",
@@ -353,6 +356,10 @@ class TransformerDecoder(TransformerBlock):
                 f"cross_attention_cache={cross_attention_cache}."
             )
         check_rank("decoder_sequence", decoder_sequence.shape, 3, "(batch, T, dim)")
+        self._check_built_features(
+            decoder_sequence.shape,
+            encoder_sequence.shape if has_cross_attention else None,
+        )
         padding = self._padding(decoder_sequence, decoder_padding_mask, "decoder")
         # Self-attention part. Without a cache the padding goes in as Keras
         # masks (a key mask; explicit, so Keras does not put the Keras mask in
@@ -443,7 +450,18 @@ class TransformerDecoder(TransformerBlock):
             return x, self_attention_cache
         return x
 
+    def _check_built_features(self, decoder_sequence_shape, encoder_sequence_shape):
+        """Once built, the sequences have the feature sizes it was built for
+        (`check_built_features`)."""
+        for name, shape in (
+            ("decoder_sequence", decoder_sequence_shape),
+            ("encoder_sequence", encoder_sequence_shape),
+        ):
+            if shape is not None:
+                check_built_features(self, name, shape, f"{name}_shape")
+
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
+        self._check_built_features(decoder_sequence_shape, encoder_sequence_shape)
         return tuple(decoder_sequence_shape)
 
     def get_config(self):

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import keras
-from keras import ops
 
 from keras_selfattn._validation import check_one_of, check_rank
 from keras_selfattn.layers._block import TransformerBlock
-from keras_selfattn.layers._common import check_keras_mask, keras_mask_of, zero_padded
+from keras_selfattn.layers._common import (
+    boolean_mask,
+    check_built_features,
+    check_keras_mask,
+    keras_mask_of,
+    zero_padded,
+)
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 
 # The attention layers a block can be built on (same constructor and weights).
@@ -229,6 +234,7 @@ class TransformerEncoder(TransformerBlock):
 
     def _check_call(self, inputs, padding_mask, attention_mask, mask) -> None:
         check_rank("inputs", inputs.shape, 3, "(batch, seq, hidden_dim)")
+        check_built_features(self, "inputs", inputs.shape)
         for name, given in (("padding_mask", padding_mask), ("mask", mask)):
             if given is not None:
                 check_keras_mask(name, given, inputs)
@@ -245,18 +251,17 @@ class TransformerEncoder(TransformerBlock):
         mask=None,
         use_causal_mask=False,
     ):
-        if padding_mask is not None:
-            padding_mask = ops.convert_to_tensor(padding_mask)
-        if attention_mask is not None:
-            attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
+        padding_mask = boolean_mask("padding_mask", padding_mask, "a real token")
+        attention_mask = boolean_mask("attention_mask", attention_mask, "may attend")
         self._check_call(inputs, padding_mask, attention_mask, mask)
         # keras-hub's rule: an explicit padding mask wins over the Keras mask
         # (which Keras passes as `mask` only when `inputs` is the one tensor).
         if mask is None and padding_mask is None:
             mask = keras_mask_of(inputs)
-        padding = mask if padding_mask is None else padding_mask
-        if padding is not None:
-            padding = ops.cast(padding, "bool")
+        if padding_mask is None:
+            padding = boolean_mask("mask", mask, "a real token")
+        else:
+            padding = padding_mask
         inputs = zero_padded(inputs, padding)  # Padding may hold NaN or inf.
 
         # Self-attention part, then the feed-forward part.

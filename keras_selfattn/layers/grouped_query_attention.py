@@ -14,6 +14,7 @@ from keras_selfattn._validation import (
 )
 from keras_selfattn.attention import masked_softmax, scaled_dot_product_attention
 from keras_selfattn.layers._common import (
+    boolean_mask,
     check_attention_options,
     combined_masks,
     zero_padded,
@@ -269,10 +270,17 @@ class GroupQueryAttention(KernelAttention, _Base):
             seed=seed,
         )
 
-    @staticmethod
-    def _check_build_shapes(query_shape, value_shape, key_shape=None) -> None:
+    def _check_build_shapes(self, query_shape, value_shape, key_shape=None) -> None:
         key_shape = value_shape if key_shape is None else key_shape
         _check_shapes(query_shape, value_shape, key_shape)
+        self._check_built_features(query_shape, value_shape, key_shape)
+
+    def compute_output_shape(self, query_shape, value_shape, key_shape=None):
+        # Keras's checks first (its messages, which its tests match), then
+        # ours: the feature sizes built for, in a symbolic call.
+        output_shape = super().compute_output_shape(query_shape, value_shape, key_shape)
+        self._check_build_shapes(query_shape, value_shape, key_shape)
+        return output_shape
 
     def call(
         self,
@@ -288,10 +296,12 @@ class GroupQueryAttention(KernelAttention, _Base):
         use_causal_mask=False,
     ):
         key = value if key is None else key
+        self._check_build_shapes(query.shape, value.shape, key.shape)
         self._check_scores_allowed(return_attention_scores)
-        self._check_call_masks(query, value, key, query_mask, value_mask, key_mask)
-        if attention_mask is not None:
-            attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
+        query_mask, value_mask, key_mask = self._call_masks(
+            query, value, key, query_mask, value_mask, key_mask
+        )
+        attention_mask = boolean_mask("attention_mask", attention_mask, "may attend")
         # Padding may hold NaN or inf: zeroed (a select) before projecting.
         padding = combined_masks(value_mask, key_mask)
         query = zero_padded(query, query_mask)

@@ -15,6 +15,7 @@ from keras_selfattn._validation import (
 )
 from keras_selfattn.attention import masked_softmax, scaled_dot_product_attention
 from keras_selfattn.layers._common import (
+    boolean_mask,
     check_attention_options,
     combined_masks,
     zero_padded,
@@ -272,6 +273,7 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
         key_shape = value_shape if key_shape is None else key_shape
         _check_shapes(query_shape, value_shape, key_shape)
         _check_attention_axes_fit(self._attention_axes, len(query_shape))
+        self._check_built_features(query_shape, value_shape, key_shape)
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         self._check_build_shapes(query_shape, value_shape, key_shape)
@@ -331,11 +333,13 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
         use_causal_mask=False,
     ):
         key = value if key is None else key
+        self._check_build_shapes(query.shape, value.shape, key.shape)
         self._check_scores_allowed(return_attention_scores)
-        self._check_call_masks(query, value, key, query_mask, value_mask, key_mask)
+        query_mask, value_mask, key_mask = self._call_masks(
+            query, value, key, query_mask, value_mask, key_mask
+        )
         padding = combined_masks(value_mask, key_mask)
-        if attention_mask is not None:
-            attention_mask = ops.cast(ops.convert_to_tensor(attention_mask), "bool")
+        attention_mask = boolean_mask("attention_mask", attention_mask, "may attend")
         own_hook = (
             type(self)._compute_attention is MultiHeadAttention._compute_attention
         )
@@ -377,7 +381,7 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
             if query_mask is not None and scores is not None:
                 rank = len(query.shape) + 1  # projected: (B, *dims, heads, dim)
                 flat = _Flattening(rank, self._normalized_attention_axes(rank))
-                keep = flat.query_mask_for_scores(ops.cast(query_mask, "bool"))
+                keep = flat.query_mask_for_scores(query_mask)
                 scores = ops.where(keep, scores, ops.zeros((), scores.dtype))
             return output, scores
         return output
@@ -414,9 +418,11 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
                 self._check_attention_mask(attention_mask, query, key)
             else:
                 flat.check_mask(attention_mask, query, key, self._num_heads)
-            mask = flat.mask_to_sequences(
-                ops.cast(attention_mask, "bool"), query, key, self._num_heads
+            # The hook's own check: a subclass may call it with its own mask.
+            attention_mask = boolean_mask(
+                "attention_mask", attention_mask, "may attend"
             )
+            mask = flat.mask_to_sequences(attention_mask, query, key, self._num_heads)
         if key_padding_mask is not None:
             key_padding_mask = flat.padding_to_sequences(key_padding_mask)
         seed = self._dropout_layer.seed_generator if self._dropout > 0 else None

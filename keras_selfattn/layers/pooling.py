@@ -18,6 +18,7 @@ from keras_selfattn._validation import (
 )
 from keras_selfattn.attention import scaled_dot_product_attention
 from keras_selfattn.layers._common import (
+    check_built_features,
     check_keras_mask,
     set_weight_options,
     weight_options_config,
@@ -196,6 +197,7 @@ class AttentionPooling(keras.layers.Layer):
 
     def call(self, inputs, mask=None, training=None, return_attention_scores=False):
         check_rank("inputs", inputs.shape, 3, "(batch, seq, features)")
+        check_built_features(self, "inputs", inputs.shape)
         if mask is not None:
             check_keras_mask("mask", mask, inputs)
         inputs = zero_padded(inputs, mask)  # Padding may hold NaN or inf.
@@ -253,6 +255,7 @@ class AttentionPooling(keras.layers.Layer):
         self, inputs, mask=None, training=None, return_attention_scores=False
     ):
         check_rank("inputs", inputs.shape, 3, "(batch, seq, features)")
+        check_built_features(self, "inputs", inputs.shape)
         output = keras.KerasTensor(
             self.compute_output_shape(inputs.shape), dtype=self.compute_dtype
         )

@@ -14,10 +14,12 @@ from keras_selfattn._validation import (
     check_rank,
     check_rate,
     check_seed,
+    check_sliding_window,
     invalid,
 )
 from keras_selfattn.attention import scaled_dot_product_attention
 from keras_selfattn.layers._common import (
+    check_built_features,
     check_keras_mask,
     set_weight_options,
     weight_options_config,
@@ -154,7 +156,7 @@ class SelfAttention(keras.layers.Layer):
         check_bool("use_output_projection", use_output_projection, allow_none=True)
         check_rate("dropout", dropout)
         check_bool("causal", causal)
-        check_positive_int("sliding_window", sliding_window, allow_none=True)
+        check_sliding_window(sliding_window)
         check_positive_float("scale", scale, allow_none=True)
         seed = check_seed(seed)  # a Python int: Keras's SeedGenerator's type
         check_paths(chunk_size, dropout=dropout)
@@ -239,6 +241,7 @@ class SelfAttention(keras.layers.Layer):
         use_causal_mask=False,
     ):
         check_rank("inputs", inputs.shape, 3, "(batch, seq, features)")
+        check_built_features(self, "inputs", inputs.shape)
         if mask is not None:
             check_keras_mask("mask", mask, inputs)
         inputs = zero_padded(inputs, mask)  # Padding may hold NaN or inf.
@@ -285,6 +288,7 @@ class SelfAttention(keras.layers.Layer):
         use_causal_mask=False,
     ):
         check_rank("inputs", inputs.shape, 3, "(batch, seq, features)")
+        check_built_features(self, "inputs", inputs.shape)
         output = keras.KerasTensor(
             self.compute_output_shape(inputs.shape), dtype=self.compute_dtype
         )

@@ -129,6 +129,36 @@ def test_an_update_index_that_does_not_fit_the_cache_is_a_value_error(rng, index
     )
 
 
+@pytest.mark.parametrize(
+    "index",
+    [1.0, np.float32(1), True, np.array([1])],
+    ids=["float", "numpy_float", "bool", "one_element_array"],
+)
+def test_an_update_index_that_is_not_an_integer_is_a_value_error(index):
+    # A float reached the backend's slice update, which failed deep inside
+    # (TensorFlow's XlaDynamicUpdateSlice).
+    x = np.zeros((1, 1, 8), "float32")
+    layer = CachedMultiHeadAttention(num_heads=2, key_dim=4)
+    cache = np.zeros((1, 2, 3, 2, 4), "float32")
+    with pytest.raises(
+        ValueError,
+        match=r"argument `cache_update_index`, expected an integer or a scalar "
+        r"integer tensor\. Received",
+    ):
+        layer(x, x, cache=cache, cache_update_index=index)
+
+
+def test_a_cache_of_another_dtype_is_a_value_error():
+    x = np.zeros((1, 1, 8), "float32")
+    layer = CachedMultiHeadAttention(num_heads=2, key_dim=4)
+    with pytest.raises(
+        ValueError,
+        match=r"argument `cache`, expected a tensor of the layer's compute "
+        r"dtype, float32 .* Received: cache='<tensor of dtype int32>'",
+    ):
+        layer(x, x, cache=np.zeros((1, 2, 3, 2, 4), "int32"), cache_update_index=0)
+
+
 _BAD_CACHES = {
     "heads": ({}, (1, 2, 3, 3, 4)),
     "key_dim": ({}, (1, 2, 3, 2, 5)),

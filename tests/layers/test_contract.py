@@ -358,6 +358,60 @@ def test_mask_of_wrong_shape_raises(case, rng):
         case.apply(case.make(), x, **_mask_kwargs(case, bad))
 
 
+@feature_cases
+def test_a_0_1_or_additive_padding_mask_is_read_or_refused(case, rng):
+    # The layers cast masks to bool once: an additive mask (0 where real,
+    # -inf where padded) then let every query see only the padding.
+    x, _, mask = _padded_features(rng, "large")
+    layer = case.make()
+    want = to_numpy(case.apply(layer, x, **_mask_kwargs(case, mask)))
+    for dtype in ("int32", "float32"):
+        kwargs = _mask_kwargs(case, mask.astype(dtype))
+        np.testing.assert_array_equal(to_numpy(case.apply(layer, x, **kwargs)), want)
+    additive = np.where(mask, 0.0, -np.inf).astype("float32")
+    with pytest.raises(ValueError, match=r"mask`.*would read inverted"):
+        case.apply(layer, x, **_mask_kwargs(case, additive))
+
+
+def _attention_mask_argument(case) -> str | None:
+    """The call argument of a (batch, q_len, k_len) mask, if the layer has one."""
+    names = inspect.signature(case.layer_class.call).parameters
+    found = [n for n in ("attention_mask", "decoder_attention_mask") if n in names]
+    return found[0] if found else None
+
+
+@_params([c for c in CASES if _attention_mask_argument(c)])
+def test_a_0_1_or_additive_attention_mask_is_read_or_refused(case, rng):
+    name = _attention_mask_argument(case)
+    x = _data(case, rng)
+    causal = np.tril(np.ones((2, SEQ, SEQ), bool))
+    layer = case.make()
+    want = to_numpy(case.apply(layer, x, **{name: causal}))
+    got = to_numpy(case.apply(layer, x, **{name: causal.astype("float32")}))
+    np.testing.assert_array_equal(got, want)
+    additive = np.where(causal, 0.0, -np.inf).astype("float32")
+    with pytest.raises(ValueError, match=rf"`{name}`.*would read inverted"):
+        case.apply(layer, x, **{name: additive})
+
+
+@feature_cases
+@pytest.mark.parametrize("call", ["eager", "symbolic"])
+def test_a_call_on_other_features_than_built_is_named(case, call, rng):
+    # It failed deep in the backend (a matmul or reshape of the projections),
+    # or, called symbolically, only when the model ran.
+    layer = case.make()
+    case.apply(layer, _data(case, rng))  # built for FEATURES
+    x = keras.Input((SEQ, FEATURES + 1))
+    if call == "eager":
+        x = rng.normal(size=(2, SEQ, FEATURES + 1)).astype("float32")
+    with pytest.raises(
+        ValueError,
+        match=rf"expected a last dimension of {FEATURES}, the size the layer "
+        rf"was built for \(\w+_shape=\((2|None), {SEQ}, {FEATURES}\)\)",
+    ):
+        case.apply(layer, x)
+
+
 @all_cases
 def test_input_of_wrong_rank_raises(case):
     if case.ids:

@@ -381,6 +381,11 @@ _BAD = {
     ),
     "dropout_high": ({"num_heads": 2, "key_dim": 4, "dropout": 1.5}, "`dropout`"),
     "window_zero": ({"num_heads": 2, "key_dim": 4, "sliding_window": 0}, "window"),
+    # Accepted, then refused by the kernel at every call (int32 positions).
+    "window_past_int32": (
+        {"num_heads": 2, "key_dim": 4, "sliding_window": 2**31},
+        r"`sliding_window`, expected an integer in the range \[1, 2147483647\]",
+    ),
     "scale_zero": ({"num_heads": 2, "key_dim": 4, "scale": 0}, "`scale`"),
     "output_shape_bad": ({"num_heads": 2, "key_dim": 4, "output_shape": "x"}, "output"),
     "use_bias_string": ({"num_heads": 2, "key_dim": 4, "use_bias": "no"}, "`use_bias`"),

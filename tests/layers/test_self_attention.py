@@ -130,6 +130,10 @@ _BAD = {
     "dropout_one": ({"units": 4, "dropout": 1.0}, "`dropout`"),
     "window_zero": ({"units": 4, "sliding_window": 0}, "`sliding_window`"),
     "window_bool": ({"units": 4, "sliding_window": True}, "`sliding_window`"),
+    "window_past_int32": (
+        {"units": 4, "sliding_window": 2**31},
+        r"`sliding_window`, expected an integer in the range \[1, 2147483647\]",
+    ),
     "scale_negative": ({"units": 4, "scale": -0.5}, "`scale`"),
     "chunk_with_dropout": ({"units": 4, "dropout": 0.1, "chunk_size": 4}, "chunk"),
     "use_bias_string": ({"units": 4, "use_bias": "no"}, "`use_bias`"),
