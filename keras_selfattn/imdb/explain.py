@@ -28,7 +28,13 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from keras_selfattn._validation import check_one_of, invalid
+from keras_selfattn._validation import (
+    check_bool,
+    check_one_of,
+    check_positive_float,
+    check_positive_int,
+    invalid,
+)
 from keras_selfattn.imdb import model as imdb_model
 
 __all__ = [
@@ -245,6 +251,8 @@ def explain(model, text: str) -> Explanation:
     """
     import tensorflow as tf
 
+    if not isinstance(text, str):
+        raise invalid("text", "one review as a string", text)
     vectorizer = model.get_layer(imdb_model.TEXT_VECTORIZATION)
     clip = model.get_layer(imdb_model.CLIP)
     classifier = model.get_layer(imdb_model.CLASSIFIER)
@@ -436,6 +444,10 @@ def occlusion(model, tokens: list[str], batch_size: int = 128) -> np.ndarray:
     Returns:
         `(len(tokens),)` float64 logit differences.
     """
+    if isinstance(tokens, str) or not all(isinstance(t, str) for t in tokens):
+        # A string would be read as its characters.
+        raise invalid("tokens", "a list of token strings", tokens)
+    check_positive_int("batch_size", batch_size)
     tokens = list(tokens)
     if not tokens:
         return np.zeros(0)
@@ -486,14 +498,30 @@ def relative_weights(weights: np.ndarray) -> np.ndarray:
 
     1 means "as much as average"; below 1, less. The picture (and the web
     page) shades from 1 up, so that near-uniform attention looks near white.
+
+    Args:
+        weights: `(n,)` pooling weights of one review's tokens, as
+            `Explanation.weights`.
+
+    Returns:
+        `(n,)` float64 multiples of `1 / n`.
     """
     weights = np.asarray(weights, dtype="float64")
     return weights * len(weights)
 
 
 def token_shades(weights: np.ndarray) -> np.ndarray:
-    """The picture's colour strength per token, in [0, 1]: 0 (white) up to
-    uniform attention, 1 from `SATURATION` times uniform on, linear between."""
+    """The picture's colour strength per token, in [0, 1].
+
+    0 (white) up to uniform attention, 1 from `SATURATION` times uniform on,
+    linear between.
+
+    Args:
+        weights: `(n,)` pooling weights, as `Explanation.weights`.
+
+    Returns:
+        `(n,)` float64 shades in `[0, 1]`.
+    """
     ratios = relative_weights(weights)
     return np.clip((ratios - 1.0) / (SATURATION - 1.0), 0.0, 1.0)
 
@@ -550,12 +578,14 @@ def plot(
     Args:
         explanation: From `explain`.
         path: The PNG file to write.
-        heads: Whether to add the per-head attention maps.
+        heads: Whether to add the per-head attention maps. Defaults to
+            `False`.
         view: `"attributions"` or `"pooling"` (the pooling weights and
             shares). Defaults to `"attributions"`.
         chars_per_line: Line width of the text panel, in characters.
-        width: Figure width in inches.
-        dpi: Resolution of the PNG.
+            Defaults to `100`.
+        width: Figure width in inches. Defaults to `12.0`.
+        dpi: Resolution of the PNG. Defaults to `110`.
 
     Returns:
         The path written.
@@ -564,6 +594,10 @@ def plot(
     from matplotlib.figure import Figure
 
     check_one_of("view", view, ("attributions", "pooling"))
+    check_bool("heads", heads)
+    check_positive_int("chars_per_line", chars_per_line)
+    check_positive_float("width", width)
+    check_positive_int("dpi", dpi)
     attributions = explanation.attributions
     by_attribution = view == "attributions" and attributions is not None
     tokens, weights = explanation.tokens, explanation.weights

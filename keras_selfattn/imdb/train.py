@@ -73,7 +73,11 @@ _DEFAULT_HEAD_LEN = _DefaultHeadLen()
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Every option of a training run, checked when the config is made.
+    """Every option of a training run.
+
+    Each value is checked when the config is made; what a value names (the
+    data folder, the devices) is checked when `train` starts, with a
+    `DataError` or `DistributeError` that says what is missing.
 
     Args:
         data: Where the reviews come from: `"bundled"` (20,000 train /

@@ -417,3 +417,32 @@ def test_ngram_shares_split_a_word_over_its_occurrences():
     np.testing.assert_allclose(shares, [zorb / 2, film, zorb / 2], rtol=1e-6)
     score = float(np.asarray(ngram([ids]))[0, 0])
     np.testing.assert_allclose(shares.sum(), score, rtol=1e-5)
+
+
+_BAD_PLOTS = {
+    # "no" is truthy: the head maps were drawn.
+    "heads_a_string": ({"heads": "no"}, r"`heads`, expected a boolean"),
+    "no_characters_per_line": ({"chars_per_line": 0}, r"`chars_per_line`"),
+    "no_width": ({"width": 0}, r"`width`"),
+    "no_dpi": ({"dpi": 0}, r"`dpi`"),
+}
+
+
+@pytest.mark.parametrize("kwargs, match", _BAD_PLOTS.values(), ids=_BAD_PLOTS.keys())
+def test_bad_plot_arguments_are_a_value_error(tmp_path, kwargs, match):
+    # They failed inside matplotlib (ZeroDivisionError, LinAlgError).
+    with pytest.raises(ValueError, match=match):
+        explain.plot(_explanation(), tmp_path / "bad.png", **kwargs)
+    assert not (tmp_path / "bad.png").exists()
+
+
+def test_explain_and_occlusion_refuse_what_is_not_text():
+    model = build_model(["a b c"], vocab_size=10, max_len=6, embed_dim=4, num_heads=1)
+    # A number failed inside TensorFlow (a cast to string); a string given as
+    # the tokens was read as its characters.
+    with pytest.raises(ValueError, match=r"`text`, expected one review as a string"):
+        explain.explain(model, 123)
+    with pytest.raises(ValueError, match=r"`tokens`, expected a list of token"):
+        explain.occlusion(model, "a good")
+    with pytest.raises(ValueError, match=r"`batch_size`"):
+        explain.occlusion(model, ["a", "good"], batch_size=0)
