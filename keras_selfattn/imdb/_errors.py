@@ -1,8 +1,10 @@
 """The one line of an error's message that the demo shows its users, and
-the check of an output file that says why it cannot be written."""
+the checks of an output file or folder that say why it cannot be written."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 
@@ -59,4 +61,31 @@ def why_unwritable(path: str | Path) -> str | None:
         return error.strerror or str(error)
     if not existed:
         path.unlink(missing_ok=True)
+    return None
+
+
+def why_no_folder(path: str | Path) -> str | None:
+    """Why files cannot be written in the folder `path`, or None.
+
+    Found as `why_unwritable` finds it, by doing it: a temporary folder is
+    made in `path`, or in its nearest existing parent when `path` does not
+    exist yet (the caller will make it), and removed.
+
+    Args:
+        path: The folder to be written in later.
+
+    Returns:
+        None if it can be; else the reason ("Permission denied", or which
+        part of the path is a file).
+    """
+    existing = Path(path).absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file"
+    try:
+        probe = tempfile.mkdtemp(dir=existing)
+    except OSError as error:
+        return error.strerror or str(error)
+    os.rmdir(probe)
     return None

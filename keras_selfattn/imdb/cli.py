@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # imported lazily: Keras must not load before the setup
 PROG = _launcher.PROG
 EXIT_USAGE = _launcher.EXIT_USAGE
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as the shell reports a tool it stopped
 
 
 class CliError(Exception):
@@ -424,8 +425,11 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -
 
     Returns:
         The exit code: 0; 2 for an error users can fix; 130 when interrupted
-        (run the command again to resume); 1 for any other error.
+        (`train`: run the command again to resume); 141, quietly, when the
+        reader of the output went away (`keras-selfattn predict ... | head
+        -1`); 1 for any other error.
     """
+    command = next((a for a in (sys.argv[1:] if argv is None else argv)), None)
     try:
         _setup_environment()
         from keras_selfattn.imdb.data import DataError
@@ -445,8 +449,14 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -
     except CliError as error:
         message, code = f"error: {error}", EXIT_USAGE
     except KeyboardInterrupt:
-        message = "interrupted; run the same command again to resume"
-        code = EXIT_INTERRUPTED
+        message, code = "interrupted", EXIT_INTERRUPTED
+        if command == "train":
+            message += "; run the same command again to resume"
+    except BrokenPipeError:
+        # Nothing reads the output any more: stop as a shell tool does,
+        # without a word (`run` also keeps Python from reporting it again
+        # when it flushes stdout at exit).
+        return EXIT_BROKEN_PIPE
     except Exception as error:
         if os.environ.get("KERAS_SELFATTN_DEBUG"):
             raise
@@ -457,7 +467,10 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -
 
 def run() -> None:
     """Console-script entry point."""
-    sys.exit(main())
+    code = main()
+    if code == EXIT_BROKEN_PIPE:  # stdout's pipe is closed: nothing to flush
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(code)
 
 
 if __name__ == "__main__":

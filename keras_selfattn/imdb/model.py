@@ -643,11 +643,18 @@ def load(path: str | Path) -> keras.Model:
         The model, which reads raw strings.
 
     Raises:
-        ModelFileError: The file is missing, not a model, or a model that is
-            not the demo's (it lacks a layer the demo's commands read).
+        ModelFileError: The file is missing (or a folder), not a model, or a
+            model that is not the demo's (it lacks a layer the demo's
+            commands read).
     """
     import keras_selfattn  # noqa: F401  (registers the layers)
 
+    if Path(path).is_dir():
+        raise ModelFileError(
+            f"cannot load model {path}: a folder, not a .keras file (the "
+            "commands take the file that `train` wrote; `export` writes a "
+            "folder for serving elsewhere)"
+        )
     if not Path(path).is_file():
         raise ModelFileError(f"model file not found: {path}")
     if not zipfile.is_zipfile(path):  # Keras would say "File not found"

@@ -55,7 +55,7 @@ from keras_selfattn._validation import (
 )
 from keras_selfattn.imdb import calibration, data, distributed, ngrams
 from keras_selfattn.imdb import model as imdb_model
-from keras_selfattn.imdb._errors import why_unwritable
+from keras_selfattn.imdb._errors import why_no_folder, why_unwritable
 from keras_selfattn.imdb.model import DEFAULTS
 
 __all__ = ["TrainConfig", "TrainResult", "cpu_name", "describe_device", "train"]
@@ -264,8 +264,13 @@ class TrainConfig:
                 "out", f"a path whose {backup.name} (the checkpoints) is a folder "
                 "or absent, not a file", self.out,
             )  # fmt: skip
-        if self.tensorboard is not None and Path(self.tensorboard).is_file():
-            raise invalid("tensorboard", "a folder path, not a file", self.tensorboard)
+        reason = None if self.tensorboard is None else why_no_folder(self.tensorboard)
+        if reason:  # found by TensorBoard's writer, after loading the data
+            raise invalid(
+                "tensorboard",
+                f"a folder this user can write in (here: {reason})",
+                self.tensorboard,
+            )
         check_one_of("mixed_precision", self.mixed_precision, (False, True))
         check_one_of("distribute", self.distribute, distributed.KINDS)
         if self.devices is not None and (

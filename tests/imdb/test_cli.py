@@ -137,6 +137,10 @@ def test_an_interrupted_command_says_how_to_resume_with_exit_code_130(
     assert captured.err == (
         "keras-selfattn: interrupted; run the same command again to resume\n"
     )
+    # Other commands have nothing to resume (Ctrl+C is how `serve` stops).
+    monkeypatch.setattr(cli, "COMMANDS", {**cli.COMMANDS, "serve": interrupted})
+    assert cli.main(["serve", str(tmp_path / "m.keras")]) == 130
+    assert capsys.readouterr().err == "keras-selfattn: interrupted\n"
 
 
 @pytest.mark.parametrize(
@@ -175,12 +179,15 @@ def test_an_interrupted_command_says_how_to_resume_with_exit_code_130(
         # A .keras file, but not a demo model.
         (lambda d: ["predict", str(d / "plain.keras"), "good"],
          "not a keras-selfattn IMDB model (no layer 'text'"),
+        # The folder `export` writes: it said "model file not found".
+        (lambda d: ["predict", str(d / "folder.png"), "good"],
+         "a folder, not a .keras file"),
     ],
     ids=[
         "missing", "corrupt", "evaluate_corrupt", "empty", "unknown_data",
         "not_keras", "not_png", "no_folder", "out_is_folder", "plot_no_folder",
         "plot_empty", "proc", "dash_with_texts", "only_symbols", "not_utf8_argument",
-        "not_demo_model",
+        "not_demo_model", "model_is_a_folder",
     ],
 )  # fmt: skip
 def test_user_errors_are_one_line_with_exit_code_2(
@@ -226,11 +233,23 @@ def test_a_text_an_older_model_cannot_read_is_refused_once_it_is_loaded(
 def test_predict_empty_text_and_stdin(trained, capsys, monkeypatch):
     assert cli.main(["predict", str(trained), ""]) == 2
     assert "empty text" in capsys.readouterr().err
-    import io
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(REVIEWS) + "\n"))
     assert cli.main(["predict", str(trained), "-"]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 2
+
+
+def test_predict_stops_quietly_when_the_reader_goes_away(trained, capsys, monkeypatch):
+    # `keras-selfattn predict MODEL - < reviews | head -1`: it said
+    # "error: BrokenPipeError: [Errno 32] Broken pipe" and exited with 1.
+    class ClosedPipe(io.StringIO):
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(REVIEWS) + "\n"))
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert cli.main(["predict", str(trained), "-"]) == 141
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize(

@@ -78,6 +78,8 @@ def test_defaults_are_the_models():
         ("out", "folder.keras"),
         ("out", "/proc/model.keras"),
         ("tensorboard", "file.txt"),
+        ("tensorboard", "file.txt/logs"),
+        ("tensorboard", "/proc/logs"),
     ],
     ids=[
         "zero_epochs",
@@ -118,6 +120,10 @@ def test_defaults_are_the_models():
         "out_is_a_folder",
         "out_not_even_root_can_write",  # os.access says yes to root
         "tensorboard_is_a_file",
+        # These two failed inside TensorBoard's writer (exit code 1), after
+        # the data loaded.
+        "tensorboard_under_a_file",
+        "tensorboard_not_even_root_can_write",
     ],
 )
 def test_config_names_the_bad_field(tmp_path, monkeypatch, field, value):
@@ -144,6 +150,15 @@ def test_config_errors_say_what_is_expected(tmp_path):
         TrainConfig(pooling_entropy=-1.0)
     with pytest.raises(ValueError, match=r"a divisor of embed_dim=64.*num_heads=3"):
         TrainConfig(num_heads=3)
+    (tmp_path / "notes").write_text("")
+    with pytest.raises(ValueError, match=r"can write in \(here: .*notes is a file\)"):
+        TrainConfig(tensorboard=tmp_path / "notes" / "logs")
+    TrainConfig(tensorboard=tmp_path / "logs" / "run1")  # made later, by the writer
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "m.keras.backup",
+        "notes",
+        "old.keras",
+    ]
 
 
 def test_the_largest_seed_builds_the_model():
