@@ -27,7 +27,11 @@ def first_line(
     Returns:
         The line; the error's type name where its message has none.
     """
-    lines = [line.strip() for line in str(error).splitlines()]
+    # A KeyError's str() is the repr of its message, quotes and all.
+    text = (
+        str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+    )
+    lines = [line.strip() for line in text.splitlines()]
     lines = [line for line in lines if line and not line.startswith(skip)]
     name = type(error).__name__
     if not lines:

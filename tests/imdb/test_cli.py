@@ -7,6 +7,7 @@ import io
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import keras
@@ -179,6 +180,9 @@ def test_an_interrupted_command_says_how_to_resume_with_exit_code_130(
         # A .keras file, but not a demo model.
         (lambda d: ["predict", str(d / "plain.keras"), "good"],
          "not a keras-selfattn IMDB model (no layer 'text'"),
+        # A zip but not a Keras archive: the reason without a KeyError's quotes.
+        (lambda d: ["predict", str(d / "zip.keras"), "good"],
+         "zip.keras: There is no item named 'config.json'"),
         # The folder `export` writes: it said "model file not found".
         (lambda d: ["predict", str(d / "folder.png"), "good"],
          "a folder, not a .keras file"),
@@ -187,7 +191,7 @@ def test_an_interrupted_command_says_how_to_resume_with_exit_code_130(
         "missing", "corrupt", "evaluate_corrupt", "empty", "unknown_data",
         "not_keras", "not_png", "no_folder", "out_is_folder", "plot_no_folder",
         "plot_empty", "proc", "dash_with_texts", "only_symbols", "not_utf8_argument",
-        "not_demo_model", "model_is_a_folder",
+        "not_demo_model", "zip_not_keras", "model_is_a_folder",
     ],
 )  # fmt: skip
 def test_user_errors_are_one_line_with_exit_code_2(
@@ -197,6 +201,8 @@ def test_user_errors_are_one_line_with_exit_code_2(
     (tmp_path / "folder.png").mkdir()
     plain = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     plain.save(tmp_path / "plain.keras")
+    with zipfile.ZipFile(tmp_path / "zip.keras", "w") as archive:
+        archive.writestr("notes.txt", "not a model")
     assert cli.main(make_args(tmp_path)) == 2
     err = capsys.readouterr().err.strip()
     assert message in err
