@@ -235,7 +235,7 @@ class _Scores(keras.layers.Layer):
         return cls(layer)(inputs, mask=mask[0] if mask else None)
 
 
-def explain(model, text: str) -> Explanation:
+def explain(model: keras.Model, text: str) -> Explanation:
     """Attention weights of an IMDB model (from `build_model`) on one review.
 
     Args:
@@ -423,7 +423,9 @@ def integrated_gradients(
     return attributions, start
 
 
-def occlusion(model, tokens: list[str], batch_size: int = 128) -> np.ndarray:
+def occlusion(
+    model: keras.Model, tokens: list[str], batch_size: int = 128
+) -> np.ndarray:
     """Leave-one-token-out attributions (occlusion; Li et al., 2016).
 
     Each token's attribution is the model's logit on the text as it read it
@@ -757,7 +759,7 @@ def token_scores(
     explanation: Explanation,
     kind: str,
     rng: np.random.Generator | None = None,
-    model=None,
+    model: keras.Model | None = None,
 ) -> np.ndarray:
     """How much each token matters, by one of the demo's explanations.
 
@@ -825,7 +827,7 @@ def erase(
 
 
 def faithfulness(
-    model,
+    model: keras.Model,
     texts: list[str],
     fractions: tuple[float, ...] = (0.01, 0.05, 0.1, 0.2),
     seed: int = 0,

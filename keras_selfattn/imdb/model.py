@@ -555,7 +555,7 @@ def label_of(probability: float) -> str:
     return POSITIVE if probability > THRESHOLD else NEGATIVE
 
 
-def accuracy(probabilities, labels) -> float:
+def accuracy(probabilities: np.ndarray, labels: np.ndarray) -> float:
     """The fraction of verdicts that are the labels.
 
     Args:

@@ -36,6 +36,7 @@ import socket
 from pathlib import Path
 from typing import Annotated
 
+import keras
 import numpy as np
 import uvicorn
 from fastapi import Depends, FastAPI, Request
@@ -349,7 +350,7 @@ def _documented(message: type[BaseModel]) -> dict:
     return {"requestBody": {"content": content, "required": True}}
 
 
-def create_app(model) -> FastAPI:
+def create_app(model: keras.Model) -> FastAPI:
     """The FastAPI application serving `model`.
 
     Args:
