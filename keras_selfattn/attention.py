@@ -1118,10 +1118,16 @@ _KERAS_BACKENDS = ("tensorflow", "jax", "torch", "numpy", "openvino")
 
 def _check_plan_arguments(arguments: dict) -> None:
     """`plan_attention`'s checks: it is public, and a plan for a negative
-    length or a budget of -5 would be no plan."""
-    for name in ("batch", "q_len", "k_len", "dim", "value_dim"):
-        check_int_in_range(name, arguments[name], 0, allow_none=True)
-    check_positive_int("heads", arguments["heads"])
+    length or a budget of -5 would be no plan. A dimension that is neither
+    a number nor a string is a traced one, which the kernel passes on
+    (PyTorch's `SymInt` in `torch.export`, a 0-d tensor while `torch.onnx`
+    traces): it is left to the trace."""
+    for name in ("batch", "q_len", "k_len", "dim", "value_dim", "heads"):
+        value = arguments[name]
+        if name == "heads" and isinstance(value, (numbers.Number, str, type(None))):
+            check_positive_int(name, value)
+        elif value is None or isinstance(value, (numbers.Number, str)):
+            check_int_in_range(name, value, 0, allow_none=True)
     check_one_of("backend", arguments["backend"], _KERAS_BACKENDS)
     check_positive_int("memory_budget", arguments["memory_budget"])
     for name in ("half_on_cpu", "mask", "padding_mask", "causal", "return_scores"):
