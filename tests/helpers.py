@@ -1,7 +1,12 @@
-"""Helpers shared by the test modules: arrays, gradients, data sets, PNGs, ports."""
+"""Helpers shared by the test modules: arrays, gradients, data sets, PNGs, ports,
+docstrings."""
 
 from __future__ import annotations
 
+import doctest
+import importlib
+import inspect
+import re
 import socket
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -345,3 +350,50 @@ def model_around(block: keras.layers.Layer, kind: str, shape=(5, 8)) -> keras.Mo
     if kind == "functional":
         return keras.Model(inputs, block(inputs))
     return keras.Sequential([inputs, block])
+
+
+def docstring_examples(module_name: str) -> list[doctest.DocTest]:
+    """The doctests of the `Example:` sections of a module's docstrings."""
+    module = importlib.import_module(module_name)
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    return [test for test in finder.find(module) if test.examples]
+
+
+def failed_examples(tests: Sequence[doctest.DocTest], globs: Mapping) -> str:
+    """Runs doctests (with `...` as a wildcard) in `globs`; the report of the
+    failures, empty when they all pass."""
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    report: list[str] = []
+    for test in tests:
+        test.globs.update(globs, __name__="__doc__")
+        runner.run(test, out=report.append)
+    return "".join(report) if runner.summarize(verbose=False).failed else ""
+
+
+def _args_section(doc: str) -> str:
+    """The `Args:` section of a Keras-style docstring (`Attributes:`, of a
+    dataclass)."""
+    found = re.search(
+        r"\n\s*(Args|Attributes):\n(.*?)(\n\s*\n\s*[A-Z][\w ]+:\n|\Z)", doc, re.S
+    )
+    assert found, "no Args: or Attributes: section"
+    return found.group(2)
+
+
+def arguments_not_in_args_section(obj: Callable) -> list[str]:
+    """The arguments of a function (a class's constructor) that its
+    docstring's `Args:` section does not name."""
+    function = obj.__init__ if inspect.isclass(obj) else obj
+    parameters = [
+        name
+        for name, p in inspect.signature(function).parameters.items()
+        if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    if not parameters:
+        return []
+    args = _args_section(inspect.getdoc(obj))
+    return [
+        name
+        for name in parameters
+        if not re.search(rf"^\s*{name}:|`{name}`", args, re.M)
+    ]

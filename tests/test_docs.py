@@ -56,7 +56,8 @@ def _object_html(page: str, object_id: str) -> str:
 
 @pytest.mark.slow
 def test_site_builds_strict(site):
-    for page in ("index.html", "layers/index.html", "math/index.html"):
+    pages = ("index.html", "layers/index.html", "math/index.html")
+    for page in (*pages, "demo-api/index.html"):
         assert (site / page).is_file(), page
     notebooks = sorted(p.parent.name for p in site.glob("notebooks/*/index.html"))
     assert notebooks == [p.stem for p in sorted((ROOT / "notebooks").glob("*.ipynb"))]

