@@ -163,9 +163,10 @@ def convert(
             `keras_selfattn.MultiHeadAttention`). That path has no dropout:
             a layer with `dropout > 0` or `flash_attention=True` then raises
             a `ValueError`, before any layer is changed. Defaults to `None`,
-            which lets the kernel choose
+            which lets the kernel choose for the layers it converts
             (`keras_selfattn.attention.plan_attention`: the plain path while
-            it fits the memory budget, the chunked one beyond).
+            it fits the memory budget, the chunked one beyond) and leaves
+            the `chunk_size` of layers that are already ours as it is.
 
     Returns:
         A `ConversionReport`: the layers converted and the attention layers

@@ -406,6 +406,8 @@ def test_converting_again_with_a_chunk_size_sets_it_on_our_layers(chunked_calls)
     assert_close(model.predict(x, verbose=0), before)  # traced again: chunked
     assert chunked_calls == [2]
     assert convert(model, chunk_size=2).converted == ()  # the same: left alone
+    # Without a chunk_size, a layer already ours keeps its own.
+    assert convert(model).converted == () and layer.chunk_size == 2
 
 
 @pytest.mark.backend_independent
