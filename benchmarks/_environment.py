@@ -1,11 +1,18 @@
-"""What every benchmark prints first: the command, the machine, the versions."""
+"""What every benchmark prints first: the date, the command, the machine, the
+versions."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import platform
 import shlex
 import sys
+
+
+def now() -> str:
+    """The date and time in UTC, to the minute: when a run started or ended."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def command() -> str:
@@ -70,5 +77,8 @@ def versions() -> str:
 
 
 def header() -> str:
-    """The three lines: command, machine, versions."""
-    return f"command: {command()}\nmachine: {machine()}\nversions: {versions()}"
+    """The four lines: date (the start, in UTC), command, machine, versions."""
+    return (
+        f"date: {now()}\ncommand: {command()}\nmachine: {machine()}\n"
+        f"versions: {versions()}"
+    )

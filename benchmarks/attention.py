@@ -290,11 +290,14 @@ def run_benchmark(args) -> dict:
     impls = args.impls.split(",")
     lengths = [int(n) for n in args.lengths.split(",")]
     limit = args.limit_gb * GB
-    print(f"# Attention benchmark\n\nMachine: {_environment.machine()}\n")
+    started = _environment.now()
+    print(f"# Attention benchmark\n\nStarted: {started}\n")
+    print(f"Machine: {_environment.machine()}\n")
     print(f"Versions: {_environment.versions()}\n")
     command = shlex.join(["python", "benchmarks/attention.py", *sys.argv[1:]])
     print(f"Command: `{command}`\n", flush=True)
     results = {
+        "started": started,
         "command": command,
         "machine": _environment.machine(),
         "versions": _environment.versions(),
@@ -429,7 +432,8 @@ def run_sweep(args) -> dict:
     ours = args.sweep_impl
     limit = args.limit_gb * GB
     command = shlex.join(["python", "benchmarks/attention.py", *sys.argv[1:]])
-    print(f"# Attention sweep\n\nMachine: {_environment.machine()}\n")
+    print(f"# Attention sweep\n\nStarted: {_environment.now()}\n")
+    print(f"Machine: {_environment.machine()}\n")
     print(f"Versions: {_environment.versions()}\n")
     print(f"Command: `{command}`\n", flush=True)
     matmul = _spawn(["--child", "matmul"])

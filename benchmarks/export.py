@@ -142,6 +142,7 @@ def _environment_lines() -> str:
     import tf2onnx
 
     return (
+        f"date: {_environment.now()}\n"
         f"machine: {_environment.machine()}\n"
         f"versions: {_environment.versions()}, tf2onnx {tf2onnx.__version__}, "
         f"onnxruntime {onnxruntime.__version__}"

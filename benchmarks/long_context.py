@@ -219,6 +219,7 @@ def estimate_longest(points: list[tuple[int, float]], limit: float) -> int | Non
 def run(args) -> dict:
     command = shlex.join([sys.executable, *sys.argv])
     results = {
+        "started": _environment.now(),
         "command": command,
         "machine": _environment.machine(),
         "versions": _versions(),
@@ -235,7 +236,11 @@ def run(args) -> dict:
         "runs": [],
         "longest": {},
     }
-    print(f"$ {command}\n{results['machine']}\n{results['versions']}", flush=True)
+    print(
+        f"{results['started']}\n$ {command}\n{results['machine']}\n"
+        f"{results['versions']}",
+        flush=True,
+    )
     for n in args.lengths:
         for impl in args.impls:
             result = {"impl": impl, "n": n, **_spawn(impl, n, args, args.timeout)}
@@ -264,6 +269,7 @@ def run(args) -> dict:
                     break
                 n = int(n * 0.85 // 256 * 256) or 64
             results["longest"][impl] = entry
+    results["finished"] = _environment.now()
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import keras
@@ -12,10 +13,12 @@ from benchmarks import _environment, footprint, gpu
 
 def test_the_header_names_the_command_the_machine_and_the_versions():
     lines = _environment.header().splitlines()
-    assert [line.split(":")[0] for line in lines] == ["command", "machine", "versions"]
-    assert " cores" in lines[1]
-    assert f"Keras {keras.__version__} (backend {keras.backend.backend()})" in lines[2]
-    assert "device: " in lines[2]
+    names = [line.split(":")[0] for line in lines]
+    assert names == ["date", "command", "machine", "versions"]
+    assert re.fullmatch(r"date: 20\d\d-\d\d-\d\d \d\d:\d\d UTC", lines[0])
+    assert " cores" in lines[2]
+    assert f"Keras {keras.__version__} (backend {keras.backend.backend()})" in lines[3]
+    assert "device: " in lines[3]
 
 
 @pytest.mark.parametrize("argv", [[], ["nothing"], ["weights", "blocks"]])
@@ -43,6 +46,6 @@ def test_gpu_alternates_its_processes_and_takes_their_medians(monkeypatch, capsy
     assert order[3:6] == ["ours_mha", "ours_self", "keras_mha"]  # rotated
     assert order[6:] == ["ours_self", "keras_mha", "ours_mha"]
     out = capsys.readouterr().out
-    assert out.startswith("command: ")
+    assert out.startswith("date: ")
     # Medians 20 and 6 ms: ratio 0.30. No memory statistics (CPU): "-", not 0.00.
     assert "| 64 | ours_mha | 6.00 | 0.00 | 0.30 | - |" in out

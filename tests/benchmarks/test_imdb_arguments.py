@@ -79,6 +79,6 @@ def test_the_reports_say_where_and_with_what_they_ran(capsys):
     # The --trust report printed its command only.
     imdb._print_environment()
     out = capsys.readouterr().out
-    for start in ("command: ", "machine: ", "versions: Python ", "device: "):
+    for start in ("date: ", "command: ", "machine: ", "versions: Python ", "device: "):
         assert any(line.startswith(start) for line in out.splitlines()), start
     assert " cores" in out and "TensorFlow " in out
