@@ -15,6 +15,7 @@ depends on nothing stored.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -103,6 +104,55 @@ def test_notebook_is_stored_executed(path):
     assert counts == list(range(1, len(code_cells) + 1)), counts
     for cell in code_cells:
         assert all(o.output_type != "error" for o in cell.outputs), cell.get("id")
+
+
+def _scrub_logs():
+    """notebooks/scrub_logs.py (a script: the notebooks folder is no package)."""
+    spec = importlib.util.spec_from_file_location(
+        "scrub_logs", ROOT / "notebooks" / "scrub_logs.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_no_start_up_log_noise_is_stored(path):
+    # The docs render the stored outputs; TensorFlow's start-up lines were
+    # in them although docs/notebooks.md said they had been removed.
+    noisy_lines = _scrub_logs().noisy_lines
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    noise = [line for cell in notebook["cells"] for line in noisy_lines(cell)]
+    assert not noise, noise
+
+
+@pytest.mark.backend_independent
+def test_the_scrub_drops_the_noise_and_keeps_the_rest(tmp_path):
+    scrub_logs = _scrub_logs()
+    stderr = [
+        "WARNING: All log messages before absl::InitializeLog() is called are "
+        "written to STDERR\n",
+        "I0000 00:00:1796409871.460199   30596 port.cc:153] oneDNN custom "
+        "operations are on.\n",
+        "a warning of the notebook's own\n",
+    ]
+    cells = [
+        {"cell_type": "code", "outputs": [
+            {"output_type": "stream", "name": "stderr", "text": stderr},
+            {"output_type": "stream", "name": "stdout", "text": ["I0000 kept\n"]},
+        ]},
+        {"cell_type": "code", "outputs": [
+            {"output_type": "stream", "name": "stderr", "text": ["WARNING:absl:x\n"]}
+        ]},
+    ]  # fmt: skip
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps({"cells": cells}))
+    assert scrub_logs.scrub(path) == 3
+    cells = json.loads(path.read_text())["cells"]
+    assert cells[0]["outputs"][0]["text"] == ["a warning of the notebook's own\n"]
+    assert cells[0]["outputs"][1]["text"] == ["I0000 kept\n"]  # stdout: untouched
+    assert cells[1]["outputs"] == []  # a stream left empty goes
 
 
 @pytest.mark.backend_independent
