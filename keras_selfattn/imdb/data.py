@@ -67,11 +67,34 @@ def clean(text: str) -> str:
 
 # A sentence ends at . ! or ? (repeated), followed by a space.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+# ... or followed by a capital with no space between ("the end.What a film"):
+# a mark after a lower-case letter, a digit, a bracket or a quote, a
+# repeated mark, or a mark and a closing quote or bracket; so that "U.S.A."
+# and "1.5" stay whole.
+_GLUED_END = re.compile(
+    r"(?<=[a-z0-9)\"'][.!?])(?=[A-Z])"
+    r"|(?<=[.!?][.!?])(?=[A-Z])"
+    r"|(?<=[.!?][\"')])(?=[A-Z])"
+)
 
 
-def sentences(text: str) -> list[str]:
-    """The sentences of a review (split after `.`, `!` or `?` and a space)."""
-    return [s for s in _SENTENCE_END.split(text.strip()) if s]
+def sentences(text: str, glued_ends: bool = False) -> list[str]:
+    """The sentences of a review (split after `.`, `!` or `?` and a space).
+
+    Args:
+        text: A review.
+        glued_ends: Also split where a capital follows the mark with no
+            space ("the end.What a film"). The training crops (`crop`) do
+            not: the default model was trained and measured with the split
+            at spaces only. Defaults to `False`.
+
+    Returns:
+        The sentences, in order.
+    """
+    parts = [s for s in _SENTENCE_END.split(text.strip()) if s]
+    if glued_ends:
+        parts = [p for s in parts for p in _GLUED_END.split(s) if p]
+    return parts
 
 
 def crop(text: str, rng: np.random.Generator, max_words: int = 50) -> str:
@@ -104,6 +127,9 @@ def last_sentence(text: str, min_words: int = 5) -> str:
     """The last sentence of `text` with at least `min_words` words.
 
     The short-input benchmark's input: a review's verdict is often there.
+    A sentence ends at `.`, `!` or `?` followed by a space or, glued, by a
+    capital (`sentences(text, glued_ends=True)`: 46 of the 5,000 held-out
+    reviews have no other end, and came back whole before 2026-12-07).
     Falls back to the whole text when no sentence is long enough.
 
     Args:
@@ -118,8 +144,10 @@ def last_sentence(text: str, min_words: int = 5) -> str:
     >>> from keras_selfattn.imdb.data import last_sentence
     >>> last_sentence("Great cast. I saw it at a festival in May. Loved it.")
     'I saw it at a festival in May.'
+    >>> last_sentence("A fine cast, a fine score.What a waste of both it was.")
+    'What a waste of both it was.'
     """
-    for sentence in reversed(sentences(text)):
+    for sentence in reversed(sentences(text, glued_ends=True)):
         if len(sentence.split()) >= min_words:
             return sentence
     return text

@@ -240,6 +240,35 @@ def test_last_sentence_has_at_least_five_words():
     assert data.last_sentence("Too short.") == "Too short."
 
 
+@pytest.mark.parametrize(
+    "text, last",
+    [
+        ("A fine cast, a fine score.What a waste of both it was.",
+         "What a waste of both it was."),
+        ('He said "no."Then the film ends, and rightly so.',
+         "Then the film ends, and rightly so."),
+        ("Two hours of this!!!Never again will I watch it.",
+         "Never again will I watch it."),
+        # Not an end: an abbreviation, a number.
+        ("It cost 1.5 million in the U.S.A.Worth it.",
+         "It cost 1.5 million in the U.S.A.Worth it."),
+    ],
+    ids=["after_a_word", "after_a_quote", "after_repeated_marks", "no_end"],
+)  # fmt: skip
+def test_last_sentence_splits_where_no_space_follows_the_end(text, last):
+    # 46 of the 5,000 held-out reviews have such glued ends only: their
+    # "last sentence" was the whole review, up to 257 words.
+    assert data.last_sentence(text) == last
+
+
+def test_the_training_crops_keep_the_split_at_spaces():
+    text = "First part.Second part here. Third."
+    assert data.sentences(text) == ["First part.Second part here.", "Third."]
+    assert data.sentences(text, glued_ends=True) == [
+        "First part.", "Second part here.", "Third."
+    ]  # fmt: skip
+
+
 def test_rotten_tomatoes_snippets_are_the_other_rows(bundled):
     texts, labels = data.load_rotten_tomatoes()
     assert len(texts) == 8530 and int(labels.sum()) == 4265
