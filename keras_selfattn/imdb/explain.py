@@ -803,6 +803,7 @@ def token_scores(
     kind: str,
     rng: np.random.Generator | None = None,
     model: keras.Model | None = None,
+    positive: bool | None = None,
 ) -> np.ndarray:
     """How much each token matters, by one of the demo's explanations.
 
@@ -816,11 +817,13 @@ def token_scores(
         rng: The generator for `"random"`. Defaults to `None`.
         model: The model whose tokens `"occlusion"` deletes; needed for
             that kind only. Defaults to `None`.
+        positive: The class the signed kinds are turned towards: `True`
+            for "positive", `False` for "negative", `None` for the class
+            of `Explanation.probability` (the prediction on the whole
+            text). Defaults to `None`.
 
     Returns:
-        `(len(tokens),)` scores, higher = more important. The signed kinds
-        are turned towards the class of `Explanation.probability` (the
-        prediction on the whole text).
+        `(len(tokens),)` scores, higher = more important.
 
     Raises:
         ValueError: If `kind` is not one of `EXPLANATIONS`, or if it is
@@ -841,8 +844,10 @@ def token_scores(
         "shares": lambda: explanation.contributions,
         "occlusion": lambda: occlusion(model, explanation.tokens),
     }[kind]()
-    sign = 1.0 if explanation.probability > imdb_model.THRESHOLD else -1.0
-    return sign * np.asarray(values, dtype="float64")
+    if positive is None:
+        positive = explanation.probability > imdb_model.THRESHOLD
+    check_bool("positive", positive)
+    return (1.0 if positive else -1.0) * np.asarray(values, dtype="float64")
 
 
 def erase(
@@ -882,7 +887,11 @@ def faithfulness(
     the review as the model read it, minus that probability with the top
     `k` of tokens deleted (comprehensiveness: high = the explanation found
     what mattered) and with only the top `k` kept (sufficiency: low = those
-    tokens alone carry the decision). Averaged over the reviews.
+    tokens alone carry the decision). Averaged over the reviews. For a
+    review longer than the model reads, the text as read is the clipped one
+    (`Explanation.tokens`), and the predicted class is the one on it, which
+    the signed explanations are turned towards too (it may differ from the
+    whole review's class).
 
     Args:
         model: A model from `build_model`.
@@ -909,27 +918,25 @@ def faithfulness(
         check_one_of("kinds", kind, EXPLANATIONS)
     rng = np.random.default_rng(seed)
     explanations = [explain(model, text) for text in texts]
-    variants = [" ".join(e.tokens) for e in explanations]  # the text as read
-    cases = []  # (kind, k, measure, index of the review)
+    as_read = [" ".join(e.tokens) for e in explanations]
+    original = imdb_model.predict(model, as_read)
+    positive = original > imdb_model.THRESHOLD
+    variants, cases = [], []  # cases: (kind, k, measure, index of the review)
     for index, e in enumerate(explanations):
         for kind in kinds:
-            scores = token_scores(e, kind, rng, model)
+            scores = token_scores(e, kind, rng, model, bool(positive[index]))
             for k in fractions:
                 for measure, keep in (("comprehensiveness", False),
                                       ("sufficiency", True)):  # fmt: skip
                     variants.append(erase(e.tokens, scores, k, keep=keep))
                     cases.append((kind, k, measure, index))
     probabilities = imdb_model.predict(model, variants)
-    original = probabilities[: len(texts)]
-    positive = original > imdb_model.THRESHOLD
 
     def of_predicted(p, index):
         return p if positive[index] else 1.0 - p
 
     sums: dict = {}
-    for (kind, k, measure, index), p in zip(
-        cases, probabilities[len(texts) :], strict=True
-    ):
+    for (kind, k, measure, index), p in zip(cases, probabilities, strict=True):
         drop = of_predicted(original[index], index) - of_predicted(p, index)
         sums.setdefault(kind, {}).setdefault(k, {}).setdefault(measure, []).append(drop)
     return {

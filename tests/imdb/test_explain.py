@@ -119,6 +119,12 @@ def test_token_scores_point_towards_the_predicted_class():
     np.testing.assert_allclose(explain.token_scores(e, "shares"), -e.contributions)
     e.attributions = np.array([1.0, -2.0, 0.0, 0.5, 0.0, 3.0])
     np.testing.assert_allclose(explain.token_scores(e, "attributions"), -e.attributions)
+    # Turned towards a class given: the faithfulness measure's own.
+    np.testing.assert_allclose(
+        explain.token_scores(e, "attributions", positive=True), e.attributions
+    )
+    with pytest.raises(ValueError, match=r"`positive`.*Received: positive='yes'"):
+        explain.token_scores(e, "shares", positive="yes")
     with pytest.raises(ValueError, match="`kind`"):
         explain.token_scores(e, "gradients")
     with pytest.raises(ValueError, match="`model` is required"):
@@ -244,6 +250,30 @@ def test_faithfulness_is_the_drop_in_the_predicted_class(monkeypatch):
         hit = measures["comprehensiveness"]  # 0.3 / 2 and 0.4 / 2 per review
         assert min(abs(hit - v) for v in (0.0, 0.15, 0.2, 0.35)) < 1e-12, k
     assert result["random"][1.0]["sufficiency"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_faithfulness_turns_the_scores_towards_the_class_of_the_text_as_read(
+    monkeypatch,
+):
+    # A long review: the model read a clipped text that it calls negative
+    # ("awful": 0.1), while the whole review (its skipped middle praised
+    # the film) is positive, 0.9. The drops are in the class of the text as
+    # read, so the scores must point towards it: the attributions rank
+    # "awful" first. Turned towards the whole review's class, they ranked a
+    # filler token first and the drop was 0 (a review found it in 5 of 500
+    # held-out reviews; 2026-12-07).
+    def clipped_explain(model, text):
+        e = _stand_in_explain(model, text)
+        e.probability = 0.9  # the whole review's
+        return e
+
+    monkeypatch.setattr(imdb_model, "predict", _stand_in_predict)
+    monkeypatch.setattr(explain, "explain", clipped_explain)
+    text = "the film i saw last night was awful fun really"
+    result = explain.faithfulness(None, [text], fractions=(0.1,), kinds=("shares",))
+    assert result["shares"][0.1] == pytest.approx(
+        {"comprehensiveness": (1 - 0.1) - 0.5, "sufficiency": 0.0}, abs=1e-12
+    )
 
 
 def test_tokens_are_the_words_the_models_own_standardization_gives():
