@@ -209,12 +209,17 @@ def trust_report(
     print(
         "\nplausibility against the VADER lexicon (top token by |attribution| "
         "a lexicon word, vs a random token of the same text, in expectation; "
-        "sign agreement of the top-3 lexicon tokens, with its Wilson 95% "
+        "sign agreement of the lexicon words among the 3 tokens of the "
+        "largest |attribution| (the goal's), and of the 3 lexicon words of the "
+        "largest |attribution| wherever they rank, each with its Wilson 95% "
         f"interval; goals: ratio >= {GOALS['plausibility_ratio']}x, agreement "
         f">= {GOALS['sign_agreement']}):"
     )
-    print("| texts | explanation | n | top | random | ratio | sign agreement |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| texts | explanation | n | top | random | ratio | sign agreement | "
+        "3 strongest lexicon words |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for name, texts in snippets.items():
         explanations = [explain.explain(model, t) for t in texts]
         for kind, values in (
@@ -241,7 +246,9 @@ def trust_report(
                 f"| {name} | {kind} | {m['texts']} | {m['top']:.3f} | "
                 f"{m['random']:.3f} | {m['ratio']:.2f}x | "
                 f"{m['sign_agreement']:.3f} ({m['signed']} tokens; 95% "
-                f"{low:.3f} to {high:.3f}) |"
+                f"{low:.3f} to {high:.3f}) | {m['sign_agreement_3_lexicon']:.3f} "
+                f"({m['signed_3_lexicon']}; {m['interval_3_lexicon'][0]:.3f} to "
+                f"{m['interval_3_lexicon'][1]:.3f}) |"
             )
     if faithfulness_reviews:
         texts = list(test_texts[:faithfulness_reviews])

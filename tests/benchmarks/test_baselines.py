@@ -64,6 +64,21 @@ def test_plausibility_by_hand():
     assert m["interval"] == pytest.approx(wilson_interval(1, 2))
 
 
+def test_plausibility_reads_top_3_two_ways():
+    # Five tokens: the top 3 by |attribution| hold one lexicon word ("bad",
+    # pushed towards negative: agrees); the 3 lexicon words of the largest
+    # |attribution| are bad, fine (towards negative: disagrees) and good
+    # (towards positive: agrees).
+    lexicon = {"bad": -2.0, "fine": 1.0, "good": 2.0}
+    tokens = ["so", "bad", "the", "fine", "good"]
+    attributions = np.array([3.0, -2.5, 2.0, -0.5, 0.1])
+    m = plausibility([(tokens, attributions)], lexicon)
+    assert (m["signed"], m["sign_agreement"]) == (1, 1.0)
+    assert m["signed_3_lexicon"] == 3
+    assert m["sign_agreement_3_lexicon"] == pytest.approx(2 / 3)
+    assert m["interval_3_lexicon"] == pytest.approx(wilson_interval(2, 3))
+
+
 def test_wilson_interval_by_hand():
     # 8 of 10, z = 1.96: the textbook interval (0.490, 0.943).
     low, high = wilson_interval(8, 10)
