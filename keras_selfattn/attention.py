@@ -16,6 +16,7 @@ import logging
 import math
 import numbers
 import os
+import warnings
 from typing import Any
 
 import keras
@@ -449,8 +450,14 @@ def _plain_attention(
         logits = ops.add(_padding_bias(padding_mask, wide)[:, None, None, :], logits)
     if mask is not None:
         logits = ops.where(mask, logits, _constant(_MASKED_LOGIT, wide))
-    if logits.shape[-1] == 1:  # one key: ops.softmax warns "always 1"
-        weights = ops.exp(ops.subtract(logits, logits))  # 1, NaN where not finite
+    if logits.shape[-1] == 1:
+        # One key: Keras warns that the softmax is always 1, which is what a
+        # row with one allowed key gets. It stays a softmax, not a shortcut
+        # on the length: a trace at length 1 (Keras's ONNX export on
+        # PyTorch traces unknown lengths as 1) must compute for any length.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "You are using a softmax over axis")
+            weights = ops.softmax(logits, axis=-1)
     else:
         weights = ops.softmax(logits, axis=-1)
     # (B|1, H|1, Tq|1, 1): 1 where a row may attend to some key. A row with

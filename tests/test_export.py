@@ -157,6 +157,30 @@ def test_onnx_in_onnxruntime_matches_keras(model_and_expected, onnx_outputs, ind
     assert_close(outputs[index], expected[index], atol=1e-5)
 
 
+@exported_by("onnx")
+@needs_onnx_export_here
+def test_onnx_of_an_unknown_length_computes_every_length(tmp_path):
+    # Keras's ONNX export on PyTorch traces an unknown length as 1; the
+    # kernel's shortcut for one key was traced in and the file gave the sum
+    # of the values, not their average, at every other length (0.1 to 0.6
+    # off, silently; a review, 2026-12-07).
+    inputs = keras.Input((None, WIDTH))
+    layer = MultiHeadAttention(2, 4, flash_attention=False)
+    model = keras.Model(inputs, layer(inputs, inputs))
+    rng = np.random.default_rng(0)
+    xs = [rng.normal(size=(2, n, WIDTH)).astype("float32") for n in (1, 5, 16)]
+    expected = [keras.ops.convert_to_numpy(model(x)) for x in xs]  # called
+    path = tmp_path / "model.onnx"
+    model.export(str(path), format="onnx", verbose=False)
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (feed,) = session.get_inputs()
+    for x, want in zip(xs, expected, strict=True):
+        (output,) = session.run(None, {feed.name: x})
+        assert_close(output, want, atol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def litert_outputs(model_and_expected, tmp_path_factory):
     from ai_edge_litert import interpreter
