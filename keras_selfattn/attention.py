@@ -400,8 +400,6 @@ def _merge_heads(x, axis):
     """Merges the axes `axis` and `axis + 1` of `x` (kv heads, groups) into
     one heads axis: query head `h` is kv head `h // groups`, group `h % groups`."""
     groups = x.shape[axis + 1]
-    if groups == 1:
-        return ops.squeeze(x, axis + 1)
     shape = list(ops.shape(x))
     shape[axis : axis + 2] = [x.shape[axis] * groups]
     return ops.reshape(x, shape)

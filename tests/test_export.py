@@ -181,6 +181,33 @@ def test_onnx_of_an_unknown_length_computes_every_length(tmp_path):
         assert_close(output, want, atol=1e-5)
 
 
+@exported_by("litert")
+@needs_litert_export
+def test_litert_of_an_unknown_length_computes_every_length(tmp_path):
+    # TensorFlow's LiteRT converter refused the kernel's squeeze of its
+    # merged heads with an unknown length ("'tfl.squeeze' op attribute
+    # 'squeeze_dims' failed to satisfy constraint"; a review, 2026-12-07).
+    from ai_edge_litert import interpreter
+
+    inputs = keras.Input((None, WIDTH))
+    outputs = [
+        SelfAttention(WIDTH, num_heads=2)(inputs),
+        MultiHeadAttention(2, 4, flash_attention=False)(inputs, inputs),
+    ]
+    model = keras.Model(inputs, outputs)
+    rng = np.random.default_rng(0)
+    xs = [rng.normal(size=(2, n, WIDTH)).astype("float32") for n in (1, 5, 16)]
+    expected = [[keras.ops.convert_to_numpy(o) for o in model(x)] for x in xs]
+    path = tmp_path / "model.tflite"
+    model.export(str(path), format="litert", verbose=False)
+    for x, want in zip(xs, expected, strict=True):
+        runner = interpreter.Interpreter(model_path=str(path)).get_signature_runner()
+        (name,) = runner.get_input_details()
+        got = runner(**{name: x})
+        for i, w in enumerate(want):
+            assert_close(got[f"output_{i}"], w, atol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def litert_outputs(model_and_expected, tmp_path_factory):
     from ai_edge_litert import interpreter
