@@ -400,6 +400,8 @@ def _merge_heads(x, axis):
     """Merges the axes `axis` and `axis + 1` of `x` (kv heads, groups) into
     one heads axis: query head `h` is kv head `h // groups`, group `h % groups`."""
     groups = x.shape[axis + 1]
+    # A reshape for one group too, not a squeeze: TensorFlow's LiteRT
+    # converter refuses the squeeze of a tensor of unknown length.
     shape = list(ops.shape(x))
     shape[axis : axis + 2] = [x.shape[axis] * groups]
     return ops.reshape(x, shape)
