@@ -96,3 +96,35 @@ def test_jax_exports_the_chunked_path_with_a_symbolic_batch_and_its_gradient():
     expected = jax.grad(plain_loss, argnums=(0, 1, 2))(q, k, v)
     for got, want in zip(exported.call(q, k, v), expected, strict=True):
         assert_close(got, want, atol=1e-5)
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="torch.compile")
+def test_torch_compile_takes_the_fused_path_in_one_graph():
+    # Keras's PyTorch op, left to choose, asks through `SDPAParams` (a C++
+    # object torch.compile cannot trace) whether flash attention may run:
+    # a compiled model broke its graph at every attention call.
+    import torch
+
+    from keras_selfattn.attention import memory_budget, plan_attention
+
+    shape = dict(batch=2, q_len=5, k_len=5, heads=2, dim=4, value_dim=4)
+    plan = plan_attention(
+        **shape, backend="torch", memory_budget=memory_budget(), padding_mask=True
+    )
+    assert plan.path == "fused"
+    q, k, v = (
+        torch.tensor(
+            np.random.default_rng(i).normal(size=(2, 5, 2, 4)), dtype=torch.float32
+        )
+        for i in range(3)
+    )
+    padding = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+
+    def attend(q, k, v, padding):
+        return scaled_dot_product_attention(q, k, v, padding_mask=padding)
+
+    compiled = torch.compile(attend, fullgraph=True, backend="eager")
+    expected = scaled_dot_product_attention(
+        q, k, v, padding_mask=padding, flash_attention=False
+    )
+    assert_close(compiled(q, k, v, padding), expected, atol=1e-6)
