@@ -3,10 +3,11 @@
 Selenium drives `chromium` through `chromedriver` (the Debian packages
 `chromium` and `chromium-driver`). Without them the tests skip, with one line
 in pytest's summary naming the install command; with
-`KERAS_SELFATTN_REQUIRE_BROWSER=1` (which `.ci/run` sets, after installing
-them) a missing browser fails them instead. The server runs in a subprocess on
-a port of 127.0.0.1 that it picks itself (`--port 0`), with the tiny model of
-`serving.py`.
+`KERAS_SELFATTN_REQUIRE_BROWSER=1` (which `.ci/run` sets) a missing browser
+fails them instead; `.ci/run` installs them beside pip's install, and the
+tests wait for that to end (KERAS_SELFATTN_BROWSER_INSTALL). The server
+runs in a subprocess on a port of 127.0.0.1 that it picks itself
+(`--port 0`), with the tiny model of `serving.py`.
 
 The screenshots go to pytest's temporary folder, or to the folder named by
 `KERAS_SELFATTN_SCREENSHOTS`; `KERAS_SELFATTN_BROWSER_MODEL` serves another
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import httpx2
@@ -41,11 +43,32 @@ pytestmark = [pytest.mark.browser, pytest.mark.tensorflow_only]
 WAIT_S = 60  # the longest wait for the page to show an answer
 GREEN, PURPLE = (44, 160, 44), (148, 103, 189)  # the page's full colours
 MISSING = "no headless Chromium: apt-get install -y chromium chromium-driver"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-DRIVER = shutil.which("chromedriver")
 REQUIRED = os.environ.get("KERAS_SELFATTN_REQUIRE_BROWSER") == "1"
-if not (CHROMIUM and DRIVER) and not REQUIRED:
+# `.ci/run` installs the browser beside pip's install and names here the
+# file that will hold apt-get's exit status once it ends.
+INSTALLING = os.environ.get("KERAS_SELFATTN_BROWSER_INSTALL")
+INSTALL_WAIT_S = 900  # the longest wait for that install to end
+
+
+def _binaries() -> tuple[str | None, str | None]:
+    """Chromium and its driver where they are found on PATH."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    return chromium, shutil.which("chromedriver")
+
+
+if not all(_binaries()) and not REQUIRED:
     pytest.skip(MISSING, allow_module_level=True)  # one line for the module
+
+
+def _installed_binaries() -> tuple[str | None, str | None]:
+    """`_binaries()` once `.ci/run`'s install of the browser has ended."""
+    if INSTALLING:
+        deadline = time.monotonic() + INSTALL_WAIT_S
+        while not Path(INSTALLING).exists():
+            if time.monotonic() > deadline:
+                pytest.fail(f"the browser's install did not end in {INSTALL_WAIT_S} s")
+            time.sleep(1)
+    return _binaries()
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +81,11 @@ def url(tiny_model, subprocess_env, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    if not (CHROMIUM and DRIVER):
+    chromium, driver = _installed_binaries()
+    if not (chromium and driver):
         pytest.fail(f"{MISSING} (KERAS_SELFATTN_REQUIRE_BROWSER=1 requires it)")
     options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
+    options.binary_location = chromium
     for argument in (
         "--headless=new",
         "--no-sandbox",  # CI runs as root
@@ -71,7 +95,7 @@ def browser():
         "--force-device-scale-factor=1",
     ):
         options.add_argument(argument)
-    browser = webdriver.Chrome(options=options, service=Service(DRIVER))
+    browser = webdriver.Chrome(options=options, service=Service(driver))
     browser.set_page_load_timeout(WAIT_S)
     browser.set_script_timeout(WAIT_S)
     try:
