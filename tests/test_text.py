@@ -167,7 +167,7 @@ def test_bigram_ids_outside_the_vocabulary_raise(bigram_ids, received):
     # Keras's Embedding took -1 as the last row, int64 ids wrapped, and JAX
     # gave NaN for 10.
     layer = BigramEmbedding(10, 2)
-    expected = r"`bigram_ids`, expected ids in \[0, vocabulary_size=10\)"
+    expected = r"`bigram_ids`, expected integer ids in \[0, vocabulary_size=10\)"
     with _int64_ids(), pytest.raises(ValueError, match=expected) as error:
         layer(np.ones((1, 3, 2), "float32"), np.array(bigram_ids, "int64"))
     assert received in str(error.value)

@@ -115,23 +115,27 @@ def embedded_ids(embedding: keras.layers.Embedding, ids, argument: str):
 
     Keras's `Embedding` takes a negative id as the row counted from the end
     on every backend, and a large one as NaN (JAX), an error (TensorFlow's
-    CPU, PyTorch) or the last row (XLA); an int64 id wraps when cast to
-    int32 (on JAX without `jax_enable_x64`, JAX wraps it itself when it
-    takes the array, before any layer sees it). Here an id outside the
-    range raises a `ValueError` (naming `argument`) where its value can be
-    read, eagerly. In a compiled function TensorFlow's CPU kernel raises
+    CPU, PyTorch) or the last row (XLA); it truncates a float id that is
+    not whole (2.7 as id 2); an int64 id wraps when cast to int32 (on JAX
+    without `jax_enable_x64`, JAX wraps it itself when it takes the array,
+    before any layer sees it). Here an id outside the range, or a float id
+    that is not whole, raises a `ValueError` (naming `argument`) where its
+    value can be read, eagerly. In a compiled function TensorFlow's CPU kernel raises
     its `InvalidArgumentError` for it (`_backend.invalid_id`); where
     nothing raises (JAX, XLA, a GPU) its vector is NaN.
     """
     size = embedding.input_dim
     known = ops.logical_and(ops.greater_equal(ids, 0), ops.less(ids, size))
+    if "float" in keras.backend.standardize_dtype(ids.dtype):
+        # Float ids (a `keras.Input` is float32 unless told) are ids where
+        # whole: 3.0 is id 3, but 2.7 is no id (a cast would truncate it).
+        known = ops.logical_and(known, ops.equal(ids, ops.floor(ids)))
     if _backend.values_known(ids) and not bool(ops.all(known)):
-        values = ops.convert_to_numpy(ids)
-        bad = values[(values < 0) | (values >= size)]
+        bad = ops.convert_to_numpy(ids)[~ops.convert_to_numpy(known)]
         raise ValueError(
             f"Received an invalid value for argument `{argument}`, expected "
-            f"ids in [0, vocabulary_size={size}). Received: {argument} with "
-            f"{bad.size} ids outside it, from {bad.min()} to {bad.max()}"
+            f"integer ids in [0, vocabulary_size={size}). Received: {argument} "
+            f"with {bad.size} ids outside it, from {bad.min()} to {bad.max()}"
         )
     ids = ops.where(known, ops.cast(ids, "int32"), _backend.invalid_id(size))
     return ops.where(ops.expand_dims(known, -1), embedding(ids), float("nan"))

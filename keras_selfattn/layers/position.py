@@ -31,7 +31,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     attention gives padded keys exactly zero weight. With `mask_zero=False`
     every position is real and no mask is produced.
 
-    Token ids outside `[0, vocabulary_size)` raise a `ValueError` where the
+    Token ids outside `[0, vocabulary_size)`, and float ids that are not
+    whole (`3.0` is id 3, `2.7` no id), raise a `ValueError` where the
     call can read them: eagerly, as in a direct call or PyTorch's `fit`.
     Inside a compiled function (TensorFlow's and JAX's `fit` and `predict`,
     an export) TensorFlow's CPU kernel raises its `InvalidArgumentError`
@@ -62,7 +63,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         **kwargs: Base layer arguments, such as `name` and `dtype`.
 
     Call arguments:
-        inputs: Integer tensor of token ids, `(batch, seq)`.
+        inputs: Tensor of token ids, `(batch, seq)`: integers, or floats
+            that are whole numbers.
 
     Returns:
         Tensor `(batch, seq, embedding_dim)`; its Keras mask is `ids != 0`

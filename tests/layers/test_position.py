@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from keras_selfattn import TokenAndPositionEmbedding
-from tests.helpers import to_numpy
+from tests.helpers import assert_close, to_numpy
 
 IDS = np.array([[5, 8, 2, 0, 0], [1, 2, 3, 4, 9]], dtype="int32")
 
@@ -87,6 +87,20 @@ def test_ids_outside_the_vocabulary_raise_eagerly(ids, received):
     with pytest.raises(ValueError, match=r"ids in \[0, vocabulary_size=10\)") as err:
         layer(np.array(ids, "int32"))
     assert received in str(err.value)
+
+
+def test_float_ids_are_ids_where_whole_and_refused_where_not():
+    # Keras's Embedding casts them: 2.7 was id 2, silently.
+    layer = TokenAndPositionEmbedding(10, 5, 4)
+    whole = np.array([[3.0, 7.0, 0.0]], "float32")
+    assert_close(layer(whole), layer(whole.astype("int32")), atol=0)
+    for ids, received in (
+        ([[3.0, 2.7, 0.0]], "1 ids outside it, from 2.7"),
+        ([[np.nan, 1.0, 0.0]], "1 ids outside it, from nan"),
+    ):
+        with pytest.raises(ValueError, match=r"integer ids in \[0, vocab") as err:
+            layer(np.array(ids, "float32"))
+        assert received in str(err.value)
 
 
 def test_ids_outside_the_vocabulary_in_a_compiled_predict():
