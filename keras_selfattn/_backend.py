@@ -84,11 +84,6 @@ def fused_takes_grouped_heads() -> bool:
     return hasattr(jax.nn, "dot_product_attention")
 
 
-def _on_torch_cpu(tensor) -> bool:
-    """Whether `tensor` is a PyTorch tensor on a CPU (the PyTorch backend)."""
-    return keras.backend.backend() == "torch" and tensor.device.type == "cpu"
-
-
 def fused_attention(query, key, value, mask, scale, flash_attention):
     """The backend's fused kernel on 4-D (batch, seq, heads, dim) inputs.
 
@@ -103,13 +98,15 @@ def fused_attention(query, key, value, mask, scale, flash_attention):
     if groups > 1 and not fused_takes_grouped_heads():
         key = ops.repeat(key, groups, axis=2)
         value = ops.repeat(value, groups, axis=2)
-    if flash_attention is None and _on_torch_cpu(query):
+    if flash_attention is None and keras.backend.backend() == "torch":
         # Keras's PyTorch op, left to choose, asks `torch.backends.cuda`
         # whether its flash kernel may run, through an `SDPAParams`: a C++
         # object that torch.compile cannot trace, so a compiled model broke
         # its graph at every attention call (6 breaks in a one-layer train
-        # step). On a CPU the answer is always no; `False` skips the question
-        # and runs the same `scaled_dot_product_attention`.
+        # step on a CPU). With `False` it asks nothing and calls PyTorch's
+        # `scaled_dot_product_attention` with no kernel imposed: PyTorch's
+        # own dispatch then picks flash attention where it can run (its first
+        # choice), as Keras's `None` would, and the math kernel on a CPU.
         flash_attention = False
     output = ops.dot_product_attention(
         query,
