@@ -1,5 +1,6 @@
 """The backend seam: `values_known` (eager values are read, traced ones not),
-`comparable_dim` and `may_need_gradient`."""
+`comparable_dim`, `may_need_gradient` and the fused kernel under
+torch.compile."""
 
 from __future__ import annotations
 

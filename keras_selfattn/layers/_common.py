@@ -120,9 +120,9 @@ def embedded_ids(embedding: keras.layers.Embedding, ids, argument: str):
     without `jax_enable_x64`, JAX wraps it itself when it takes the array,
     before any layer sees it). Here an id outside the range, or a float id
     that is not whole, raises a `ValueError` (naming `argument`) where its
-    value can be read, eagerly. In a compiled function TensorFlow's CPU kernel raises
-    its `InvalidArgumentError` for it (`_backend.invalid_id`); where
-    nothing raises (JAX, XLA, a GPU) its vector is NaN.
+    value can be read, eagerly. In a compiled function TensorFlow's CPU
+    kernel raises its `InvalidArgumentError` for it (`_backend.invalid_id`);
+    where nothing raises (JAX, XLA, a GPU) its vector is NaN.
     """
     size = embedding.input_dim
     known = ops.logical_and(ops.greater_equal(ids, 0), ops.less(ids, size))
