@@ -84,6 +84,16 @@ def fused_takes_grouped_heads() -> bool:
     return hasattr(jax.nn, "dot_product_attention")
 
 
+def _torch_cpu_or_compiling(tensor) -> bool:
+    """Whether `tensor` is a PyTorch one on a CPU, or torch.compile traces."""
+    if keras.backend.backend() != "torch":
+        return False
+    import torch
+
+    compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+    return tensor.device.type == "cpu" or compiling()
+
+
 def fused_attention(query, key, value, mask, scale, flash_attention):
     """The backend's fused kernel on 4-D (batch, seq, heads, dim) inputs.
 
@@ -98,15 +108,16 @@ def fused_attention(query, key, value, mask, scale, flash_attention):
     if groups > 1 and not fused_takes_grouped_heads():
         key = ops.repeat(key, groups, axis=2)
         value = ops.repeat(value, groups, axis=2)
-    if flash_attention is None and keras.backend.backend() == "torch":
+    if flash_attention is None and _torch_cpu_or_compiling(query):
         # Keras's PyTorch op, left to choose, asks `torch.backends.cuda`
         # whether its flash kernel may run, through an `SDPAParams`: a C++
         # object that torch.compile cannot trace, so a compiled model broke
         # its graph at every attention call (6 breaks in a one-layer train
-        # step on a CPU). With `False` it asks nothing and calls PyTorch's
-        # `scaled_dot_product_attention` with no kernel imposed: PyTorch's
-        # own dispatch then picks flash attention where it can run (its first
-        # choice), as Keras's `None` would, and the math kernel on a CPU.
+        # step on a CPU, 2026-12-07). With `False` it asks nothing and calls
+        # PyTorch's `scaled_dot_product_attention` with no kernel imposed:
+        # on a CPU the kernel it ran anyway; under torch.compile on a GPU
+        # PyTorch's own choice (flash, or cuDNN first on recent GPUs).
+        # Eagerly on a GPU Keras still asks, and may insist on flash.
         flash_attention = False
     output = ops.dot_product_attention(
         query,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from keras_selfattn import _backend, scaled_dot_product_attention
-from tests.helpers import BACKEND, assert_close
+from tests.helpers import BACKEND, assert_close, to_numpy
 
 
 def test_eager_values_are_known_traced_ones_are_not():
@@ -129,3 +129,13 @@ def test_torch_compile_takes_the_fused_path_in_one_graph():
         q, k, v, padding_mask=padding, flash_attention=False
     )
     assert_close(compiled(q, k, v, padding), expected, atol=1e-6)
+    # Off a CPU (a meta tensor stands for a GPU's) Keras is left to choose
+    # eagerly, as before; not under torch.compile.
+    elsewhere = torch.empty((2,), device="meta")
+    assert not _backend._torch_cpu_or_compiling(elsewhere)
+
+    def asks_nothing(t):
+        return torch.ones(1) if _backend._torch_cpu_or_compiling(t) else torch.zeros(1)
+
+    compiled = torch.compile(asks_nothing, fullgraph=True, backend="eager")
+    assert to_numpy(compiled(elsewhere)).tolist() == [1.0]
