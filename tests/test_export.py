@@ -198,9 +198,9 @@ def test_litert_of_an_unknown_length_computes_every_length(tmp_path):
         MultiHeadAttention(2, 4, flash_attention=False)(inputs, inputs),
     ]
     if release(keras.__version__) >= release(GQA_KERAS_NEEDED):
-        # Fewer key-value heads than query heads: converted with a
-        # `FlexStridedSlice` that the interpreter could not run, before the
-        # reshape (measured again 2026-12-07: it runs).
+        # Fewer key-value heads than query heads (a review reported a
+        # `FlexStridedSlice` here that the interpreter cannot run; it was
+        # not reproduced: this guards it).
         gqa = GroupQueryAttention(4, num_query_heads=4, num_key_value_heads=2)
         outputs.append(gqa(inputs, inputs))
     model = keras.Model(inputs, outputs)
