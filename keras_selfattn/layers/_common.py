@@ -6,6 +6,7 @@ import inspect
 import re
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_selfattn import _backend
@@ -126,16 +127,22 @@ def embedded_ids(embedding: keras.layers.Embedding, ids, argument: str):
     """
     size = embedding.input_dim
     known = ops.logical_and(ops.greater_equal(ids, 0), ops.less(ids, size))
-    if "float" in keras.backend.standardize_dtype(ids.dtype):
+    floats = "float" in keras.backend.standardize_dtype(ids.dtype)
+    if floats:
         # Float ids (a `keras.Input` is float32 unless told) are ids where
         # whole: 3.0 is id 3, but 2.7 is no id (a cast would truncate it).
         known = ops.logical_and(known, ops.equal(ids, ops.floor(ids)))
     if _backend.values_known(ids) and not bool(ops.all(known)):
         bad = ops.convert_to_numpy(ids)[~ops.convert_to_numpy(known)]
+        which = "outside it or not whole" if floats else "outside it"
+        nan = np.isnan(bad) if floats else np.zeros(bad.shape, bool)
+        real = bad[~nan]
+        parts = [f"from {real.min()!s} to {real.max()!s}"] if real.size else []
+        parts += [f"{nan.sum()} of them NaN"] if nan.any() else []
         raise ValueError(
             f"Received an invalid value for argument `{argument}`, expected "
             f"integer ids in [0, vocabulary_size={size}). Received: {argument} "
-            f"with {bad.size} ids outside it, from {bad.min()} to {bad.max()}"
+            f"with {bad.size} ids {which}, {', '.join(parts)}"
         )
     ids = ops.where(known, ops.cast(ids, "int32"), _backend.invalid_id(size))
     return ops.where(ops.expand_dims(known, -1), embedding(ids), float("nan"))

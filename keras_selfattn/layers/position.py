@@ -107,6 +107,9 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             position_initializer=position_initializer,
         )
         self.supports_masking = mask_zero
+        # Ids are not cast to the compute dtype (as in Keras's `Embedding`):
+        # in bfloat16, float id 257.0 would become 256.0.
+        self.autocast = False
         self.token_embedding = keras.layers.Embedding(
             self.vocabulary_size,
             self.embedding_dim,

@@ -95,12 +95,27 @@ def test_float_ids_are_ids_where_whole_and_refused_where_not():
     whole = np.array([[3.0, 7.0, 0.0]], "float32")
     assert_close(layer(whole), layer(whole.astype("int32")), atol=0)
     for ids, received in (
-        ([[3.0, 2.7, 0.0]], "1 ids outside it, from 2.7"),
-        ([[np.nan, 1.0, 0.0]], "1 ids outside it, from nan"),
+        ([[3.0, 2.7, 0.0]], "1 ids outside it or not whole, from 2.7 to 2.7"),
+        (
+            [[np.nan, 1.0, 12.0]],
+            "2 ids outside it or not whole, from 12.0 to 12.0, 1 of them NaN",
+        ),
+        ([[np.nan, 1.0, 0.0]], "1 ids outside it or not whole, 1 of them NaN"),
     ):
         with pytest.raises(ValueError, match=r"integer ids in \[0, vocab") as err:
             layer(np.array(ids, "float32"))
         assert received in str(err.value)
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_float_ids_keep_their_value_in_mixed_precision(policy):
+    # The layer's autocast turned float32 id 257.0 into bfloat16's 256.0
+    # (and 2049.0 into float16's 2048.0): another word, silently.
+    layer = TokenAndPositionEmbedding(3000, 3, 4, dtype=policy)
+    ids = np.array([[257, 2049, 0]])
+    got = layer(ids.astype("float32"))
+    assert keras.backend.standardize_dtype(got.dtype) == policy.split("_")[1]
+    assert_close(got, layer(ids.astype("int32")), atol=0)
 
 
 def test_ids_outside_the_vocabulary_in_a_compiled_predict():
