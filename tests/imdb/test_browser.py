@@ -63,11 +63,16 @@ if not all(_binaries()) and not REQUIRED:
 def _installed_binaries() -> tuple[str | None, str | None]:
     """`_binaries()` once `.ci/run`'s install of the browser has ended."""
     if INSTALLING:
+        status = Path(INSTALLING)
         deadline = time.monotonic() + INSTALL_WAIT_S
-        while not Path(INSTALLING).exists():
+        while not status.exists():
             if time.monotonic() > deadline:
                 pytest.fail(f"the browser's install did not end in {INSTALL_WAIT_S} s")
             time.sleep(1)
+        code = status.read_text().strip()
+        if code != "0":
+            log = status.with_name("apt.log")
+            pytest.fail(f"apt-get exited with {code} installing the browser: {log}")
     return _binaries()
 
 
