@@ -297,6 +297,10 @@ class BigramEmbedding(keras.layers.Layer):
         self.embedding_dim = int(embedding_dim)
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.supports_masking = True
+        # Keras would cast float `bigram_ids` to the compute dtype before
+        # `call` (bfloat16 turns id 257.0 into 256.0, another pair): `call`
+        # casts `inputs` itself, and `embedded_ids` reads the ids as given.
+        self.autocast = False
         self.embedding = keras.layers.Embedding(
             self.vocabulary_size,
             self.embedding_dim,
@@ -317,6 +321,7 @@ class BigramEmbedding(keras.layers.Layer):
         mask = inputs_mask if mask is None else mask
         check_rank("inputs", inputs.shape, 3, "(batch, seq, embedding_dim)")
         check_rank("bigram_ids", bigram_ids.shape, 2, "(batch, seq - 1) of ids")
+        inputs = ops.cast(inputs, self.compute_dtype)
         if inputs.shape[1] == 0:
             return inputs  # A text with no token: no pair to add.
         length = ops.shape(inputs)[1]

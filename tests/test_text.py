@@ -16,6 +16,7 @@ from keras_selfattn.text import (
     standardize,
     standardize_v2,
 )
+from tests.helpers import assert_close
 
 
 @pytest.mark.tensorflow_only  # tf.strings
@@ -173,6 +174,22 @@ def test_bigram_ids_outside_the_vocabulary_raise(bigram_ids, received):
     assert received in str(error.value)
     with pytest.raises(ValueError, match="`bigram_ids`"):
         layer(np.ones((1, 3, 2), "float32"), np.zeros((1, 2, 1), "int32"))
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_bigram_ids_keep_their_value_in_mixed_precision(policy):
+    # The layer's autocast turned float32 id 257.0 into bfloat16's 256.0
+    # (and 2049.0 into float16's 2048.0): another pair, silently.
+    layer = BigramEmbedding(
+        3000, 2, embeddings_initializer="random_normal", dtype=policy
+    )
+    tokens = np.ones((1, 3, 2), "float32")
+    ids = np.array([[257, 2049]])
+    got = layer(tokens, ids.astype("float32"))
+    assert keras.backend.standardize_dtype(got.dtype) == policy.split("_")[1]
+    assert_close(got, layer(tokens, ids.astype("int32")), atol=0)
+    table = keras.ops.convert_to_numpy(layer.embedding.embeddings)
+    assert_close(got[0], 1 + table[[0, 257, 2049]], atol=0.02)  # pairs 257, 2049
 
 
 def test_numpy_integers_are_integers():
