@@ -141,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("--pooling-entropy", "entropy penalty of the pooling weights; 0: none",
          v.check_non_negative_float, float),
         ("--learning-rate", "peak AdamW learning rate", real, float),
+        ("--ngram-c", "inverse regularization of the n-gram branch's NB-LR",
+         real, float),
         ("--limit", "train on the first N training reviews only (with "
          "--rotten-tomatoes, and N/20000 of the snippets)", positive, int),
         ("--seed", "seed of the initialisation, dropout, shuffling",

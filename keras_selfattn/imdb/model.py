@@ -122,6 +122,9 @@ DEFAULTS = {
     "pooling_entropy": 0.02,
     "attention": "keras_selfattn",
     "ngram_logit": True,
+    # The n-gram branch's C, chosen by 5-fold cross-validation on the
+    # training texts: benchmarks/ngram_cv.py.
+    "ngram_c": 0.1,
 }
 
 

@@ -40,7 +40,9 @@ __all__ = [
     "logistic_regression",
     "minimize_lbfgs",
     "naive_bayes_ratios",
+    "nb_lr",
     "presence",
+    "scores",
 ]
 
 
@@ -257,7 +259,7 @@ def fit_ngram_branch(
     texts: Sequence[str],
     labels: Sequence[int] | np.ndarray,
     *,
-    C: float = 1.0,  # noqa: N803
+    C: float = imdb_model.DEFAULTS["ngram_c"],  # noqa: N803
     alpha: float = 1.0,
     max_iter: int = 200,
 ) -> NgramFit:
@@ -274,7 +276,9 @@ def fit_ngram_branch(
         texts: The training texts (never the held-out ones).
         labels: Their 0/1 labels.
         C: The regression's inverse regularization, positive. Defaults to
-            `1.0`.
+            `0.1` (`TrainConfig.ngram_c`'s default, chosen by
+            cross-validation on the training texts:
+            `benchmarks/ngram_cv.py`).
         alpha: The ratios' smoothing count, positive. Defaults to `1.0`.
         max_iter: L-BFGS's most iterations. Defaults to `200`.
 
@@ -289,15 +293,58 @@ def fit_ngram_branch(
     check_positive_int("max_iter", max_iter)
     ngram = model.get_layer(imdb_model.NGRAM)
     sizes = ngram.vocabulary_sizes
+    pairs = presence(_vectorizers(model), sizes, texts)
+    weights, intercept, iterations, features = nb_lr(
+        pairs, labels, sizes, ngram.first_id, C=C, alpha=alpha, max_iter=max_iter
+    )
+    ngram.kernel.assign(weights.astype(ngram.kernel.dtype))
+    return NgramFit(
+        len(labels),
+        features,
+        iterations,
+        max_iter,
+        intercept,
+        time.perf_counter() - start,
+    )
+
+
+def nb_lr(
+    pairs: Sequence[np.ndarray],
+    labels: np.ndarray,
+    sizes: Sequence[int],
+    first_id: int,
+    *,
+    C: float = 1.0,  # noqa: N803
+    alpha: float = 1.0,
+    max_iter: int = 200,
+) -> tuple[np.ndarray, float, int, int]:
+    """NB-LR on the distinct n-grams of texts, as `presence` gives them.
+
+    Args:
+        pairs: Per vocabulary, the `(pairs, 2)` array of distinct
+            `(text, id)` pairs (`presence`); texts are numbered `[0, n)`.
+        labels: The 0/1 label of each of the `n` texts.
+        sizes: The size of each vocabulary.
+        first_id: Ids below it (padding, out-of-vocabulary) count for
+            nothing.
+        C: The regression's inverse regularization. Defaults to `1.0`.
+        alpha: The ratios' smoothing count. Defaults to `1.0`.
+        max_iter: L-BFGS's most iterations. Defaults to `200`.
+
+    Returns:
+        `(weights, intercept, iterations, features)`: one weight per id of
+        the vocabularies one after the other (`r * v`, as `NgramLogit`'s
+        kernel holds them; a text's score is the sum of the weights of its
+        distinct ids, `scores`), the intercept, L-BFGS's iterations and the
+        number of distinct n-grams the texts hold.
+    """
     rows, columns, ratios, offset = [], [], [], 0
-    for size, pairs in zip(
-        sizes, presence(_vectorizers(model), sizes, texts), strict=True
-    ):
-        pairs = pairs[pairs[:, 1] >= ngram.first_id]
-        r = naive_bayes_ratios(pairs, labels, size, alpha)
-        r[: ngram.first_id] = 0.0
-        rows.append(pairs[:, 0])
-        columns.append(pairs[:, 1] + offset)
+    for size, these in zip(sizes, pairs, strict=True):
+        these = these[these[:, 1] >= first_id]
+        r = naive_bayes_ratios(these, labels, size, alpha)
+        r[:first_id] = 0.0
+        rows.append(these[:, 0])
+        columns.append(these[:, 1] + offset)
         ratios.append(r)
         offset += size
     rows, columns = np.concatenate(rows), np.concatenate(columns)
@@ -305,15 +352,20 @@ def fit_ngram_branch(
     v, intercept, iterations = logistic_regression(
         rows, columns, ratios[columns], labels, offset, C=C, max_iter=max_iter
     )
-    ngram.kernel.assign((ratios * v).astype(ngram.kernel.dtype))
-    return NgramFit(
-        len(labels),
-        int(np.count_nonzero(np.bincount(columns, minlength=offset))),
-        iterations,
-        max_iter,
-        intercept,
-        time.perf_counter() - start,
-    )
+    features = int(np.count_nonzero(np.bincount(columns, minlength=offset)))
+    return ratios * v, intercept, iterations, features
+
+
+def scores(
+    pairs: Sequence[np.ndarray], weights: np.ndarray, sizes: Sequence[int], n: int
+) -> np.ndarray:
+    """Each of `n` texts' n-gram score: the sum of `weights` (`nb_lr`'s)
+    over its distinct ids; `pairs` as `presence` gives them, `(n,)`."""
+    total, offset = np.zeros(n), 0
+    for size, these in zip(sizes, pairs, strict=True):
+        total += np.bincount(these[:, 0], weights[these[:, 1] + offset], n)
+        offset += size
+    return total
 
 
 def branch_logits(

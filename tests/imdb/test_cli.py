@@ -98,7 +98,9 @@ def test_train_prints_device_progress_and_test_accuracy_last(smoke):
     assert re.fullmatch(r"test accuracy: (0\.\d{4}|1\.0000)", lines[-1]), lines[-1]
     # After training (the defaults: with the n-gram branch), NB-LR is fitted,
     # blended with the attention branch, and the test ECE reported.
-    assert any(re.match(r"n-grams: NB-LR on \d+ texts, ", line) for line in lines)
+    assert any(
+        re.match(r"n-grams: NB-LR on \d+ texts \(C = 0.1\), ", line) for line in lines
+    )
     assert any(re.match(r"blend: -?\d+\.\d{3} x attention \+ ", line) for line in lines)
     assert lines[-3].startswith("test accuracy of the branches: attention 0.")
     assert lines[-2].startswith("test ECE (15 bins): ")

@@ -9,6 +9,7 @@ import pytest
 from keras_selfattn.imdb import model as imdb_model
 from keras_selfattn.imdb import ngrams
 from keras_selfattn.imdb.model import build_model, compile_model
+from keras_selfattn.imdb.train import TrainConfig
 
 pytestmark = pytest.mark.tensorflow_only
 
@@ -170,6 +171,36 @@ def test_fit_ngram_branch_equals_scikit_learns_nb_lr_with_bigrams():
     ours = np.asarray(ngram(ids))[:, 0] + fit.intercept
     np.testing.assert_allclose(ours, reference.decision_function(x), atol=1e-3)
     assert sizes[1] > 2 and np.any(np.asarray(ngram.kernel)[sizes[0] :] != 0)
+
+
+def test_nb_lr_and_scores_are_the_branch_without_the_model():
+    # benchmarks/ngram_cv.py fits and scores folds of texts with these.
+    rng = np.random.default_rng(1)
+    words = ["good", "bad", "great", "awful", "fine", "dull", "fun", "film"]
+    texts = [" ".join(rng.choice(words, int(rng.integers(2, 8)))) for _ in range(40)]
+    labels = np.array([int(("good" in t) + ("fun" in t) > ("bad" in t)) for t in texts])
+    model = build_model(texts, vocab_size=10, bigram_vocab_size=20, **SMALL)
+    fit = ngrams.fit_ngram_branch(model, texts, labels)  # the default C
+    layer = model.get_layer(imdb_model.NGRAM)
+    sizes = layer.vocabulary_sizes
+    vectorizers = ngrams._vectorizers(model)
+    pairs = ngrams.presence(vectorizers, sizes, texts)
+    weights, intercept, iterations, features = ngrams.nb_lr(
+        pairs, labels, sizes, layer.first_id, C=TrainConfig().ngram_c
+    )
+    np.testing.assert_allclose(np.asarray(layer.kernel), weights, rtol=1e-6, atol=1e-7)
+    assert (intercept, iterations, features) == (
+        fit.intercept,
+        fit.iterations,
+        fit.features,
+    )
+    ids = [np.asarray(v(np.array(texts, dtype=object))) for v in vectorizers]
+    np.testing.assert_allclose(
+        ngrams.scores(pairs, weights, sizes, len(texts)),
+        np.asarray(layer(ids))[:, 0],
+        atol=1e-5,
+    )
+    assert np.any(weights[: sizes[0]] != 0) and np.any(weights[sizes[0] :] != 0)
 
 
 def test_blend_is_the_plain_sum_without_enough_texts_of_a_class():

@@ -72,6 +72,7 @@ def test_defaults_are_the_models():
         ("seed", 2**31),
         ("tensorboard", ""),
         ("pooling_entropy", -1.0),
+        ("ngram_c", 0.0),
         ("vocab_size", 2),
         ("bigram_vocab_size", 2),
         ("pooling_heads", 3),
@@ -112,6 +113,7 @@ def test_defaults_are_the_models():
         "seed_past_every_backend",
         "empty_tensorboard",  # was accepted, then ignored
         "negative_pooling_entropy",
+        "zero_ngram_c",
         # Each of the six below was accepted, then failed (exit code 1)
         # after the data loaded or, for `out`, after the whole training.
         "vocab_of_padding_and_unk_only",
@@ -293,6 +295,7 @@ def test_the_default_model_trains_in_mixed_precision_with_its_blend(
         data=str(tmp_path / "acl"),
         out=tmp_path / "m.keras",
         mixed_precision=True,
+        ngram_c=0.25,  # not the default: the fit gets it
         **TINY,
     )
     assert config.ngram_logit  # the default
@@ -311,7 +314,9 @@ def test_the_default_model_trains_in_mixed_precision_with_its_blend(
     encoder = result.model.get_layer(f"{imdb_model.ENCODER}_0")
     assert encoder.dtype_policy.name.startswith("mixed_")  # bfloat16 on a CPU
     lines = capsys.readouterr().out.strip().splitlines()
-    assert any(line.startswith("n-grams: NB-LR on 486 texts") for line in lines)
+    assert any(
+        line.startswith("n-grams: NB-LR on 486 texts (C = 0.25)") for line in lines
+    )
     blend = [line for line in lines if line.startswith("blend: ")]
     assert len(blend) == 1 and "fitted on 52 validation texts" in blend[0], blend
     # The branches' own accuracies, as logged:
@@ -415,7 +420,7 @@ def test_a_resume_with_other_options_is_refused_naming_them(
     )
     assert not other.out.exists() and backup.is_dir()  # nothing trained, nothing lost
     # What leaves the weights alone may change: the run resumes.
-    same = dataclasses.replace(other, seed=3, calibrate=False)
+    same = dataclasses.replace(other, seed=3, calibrate=False, ngram_c=0.5)
     capsys.readouterr()
     train(same)
     assert "resuming after epoch 1" in capsys.readouterr().out
