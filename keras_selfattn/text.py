@@ -376,7 +376,8 @@ class NgramLogit(keras.layers.Layer):
         inputs: A list (or tuple) of integer tensors `(batch, seq_i)`, one
             per vocabulary, padded with 0 (any length, any padding). Ids
             below `first_id` or not below their vocabulary's size count for
-            nothing.
+            nothing; so does a float id that is not whole (NaN too), where
+            a whole one (3.0) is its id, also in mixed precision.
 
     Returns:
         Tensor `(batch, 1)`: the sum of the weights of each text's distinct
@@ -418,12 +419,16 @@ class NgramLogit(keras.layers.Layer):
         self.vocabulary_sizes = [int(size) for size in sizes]
         self.first_id = int(first_id)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        # Float ids are not cast to the compute dtype (bfloat16 turns 257.0
+        # into 256.0); the weights are summed in their own dtype (below).
+        self.autocast = False
 
     def build(self, input_shape=None):
         self.kernel = self.add_weight(
             name="kernel",
             shape=(sum(self.vocabulary_sizes),),
             initializer=self.kernel_initializer,
+            autocast=False,  # read in float32 under mixed precision too
         )
 
     def call(self, inputs):
@@ -439,6 +444,8 @@ class NgramLogit(keras.layers.Layer):
         total, offset = None, 0
         for ids, size in zip(inputs, self.vocabulary_sizes, strict=True):
             check_rank("inputs", ids.shape, 2, "(batch, seq) of ids")
+            if "float" in keras.backend.standardize_dtype(ids.dtype):
+                ids = ops.where(ops.equal(ids, ops.floor(ids)), ids, -1)  # 2.7
             # Ids past int32 (int64 ones) count for nothing, not wrapped.
             ids = ops.where(ops.less(ids, size), ids, -1)
             ids = ops.sort(ops.cast(ids, "int32"), axis=-1)

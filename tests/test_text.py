@@ -192,6 +192,24 @@ def test_bigram_ids_keep_their_value_in_mixed_precision(policy):
     assert_close(got[0], 1 + table[[0, 257, 2049]], atol=0.02)  # pairs 257, 2049
 
 
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
+def test_ngram_logit_float_ids_are_ids_where_whole(policy):
+    # Autocast turned float id 257.0 into bfloat16's 256.0 (another n-gram),
+    # and 2.7 was cast to id 2.
+    layer = NgramLogit([3000], dtype=policy)
+    layer.build()
+    layer.kernel.assign(np.arange(3000, dtype="float32"))
+    ids = np.array([[257, 2049, 0], [5, 0, 0]])
+    got = keras.ops.convert_to_numpy(layer(ids.astype("float32")))
+    assert keras.backend.standardize_dtype(layer(ids).dtype) == policy.split("_")[-1]
+    np.testing.assert_array_equal(got, keras.ops.convert_to_numpy(layer(ids)))
+    dtype = policy.split("_")[-1]  # 2306 is 2304 in bfloat16
+    expected = keras.ops.cast(np.array([257.0 + 2049.0, 5.0]), dtype)
+    np.testing.assert_array_equal(got[:, 0], keras.ops.convert_to_numpy(expected))
+    odd = np.array([[2.7, np.nan, 4.0]], "float32")  # only 4.0 is an id
+    assert float(keras.ops.convert_to_numpy(layer(odd))[0, 0]) == 4.0
+
+
 def test_numpy_integers_are_integers():
     assert ClipSequence(np.int64(5), head=np.int64(2)).get_config()["head"] == 2
     # Keras's Embedding refused them, naming `input_dim`.
