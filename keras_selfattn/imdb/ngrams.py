@@ -27,7 +27,11 @@ from dataclasses import dataclass
 import keras
 import numpy as np
 
-from keras_selfattn._validation import check_positive_float, check_positive_int
+from keras_selfattn._validation import (
+    check_int_in_range,
+    check_positive_float,
+    check_positive_int,
+)
 from keras_selfattn.imdb import _checks
 from keras_selfattn.imdb import model as imdb_model
 
@@ -227,6 +231,7 @@ class NgramFit:
         intercept: The regression's intercept (not part of the model: the
             blend fits its own).
         seconds: The wall time of the fit, vectorising included.
+        C: The regression's inverse regularization it was fitted with.
     """
 
     texts: int
@@ -235,6 +240,7 @@ class NgramFit:
     max_iter: int
     intercept: float
     seconds: float
+    C: float
 
 
 def _check_has_ngram_branch(model: keras.Model) -> None:
@@ -305,6 +311,7 @@ def fit_ngram_branch(
         max_iter,
         intercept,
         time.perf_counter() - start,
+        float(C),
     )
 
 
@@ -314,7 +321,7 @@ def nb_lr(
     sizes: Sequence[int],
     first_id: int,
     *,
-    C: float = 1.0,  # noqa: N803
+    C: float = imdb_model.DEFAULTS["ngram_c"],  # noqa: N803
     alpha: float = 1.0,
     max_iter: int = 200,
 ) -> tuple[np.ndarray, float, int, int]:
@@ -326,9 +333,10 @@ def nb_lr(
         labels: The 0/1 label of each of the `n` texts.
         sizes: The size of each vocabulary.
         first_id: Ids below it (padding, out-of-vocabulary) count for
-            nothing.
-        C: The regression's inverse regularization. Defaults to `1.0`.
-        alpha: The ratios' smoothing count. Defaults to `1.0`.
+            nothing; a non-negative integer.
+        C: The regression's inverse regularization, positive. Defaults to
+            `0.1`, as `fit_ngram_branch`.
+        alpha: The ratios' smoothing count, positive. Defaults to `1.0`.
         max_iter: L-BFGS's most iterations. Defaults to `200`.
 
     Returns:
@@ -338,6 +346,16 @@ def nb_lr(
         distinct ids, `scores`), the intercept, L-BFGS's iterations and the
         number of distinct n-grams the texts hold.
     """
+    _check_pairs(pairs, sizes)
+    check_int_in_range("first_id", first_id, 0)
+    labels = _checks.labels(labels)
+    last = max((int(these[:, 0].max()) for these in pairs if len(these)), default=-1)
+    if last >= len(labels):
+        raise ValueError(
+            "Received an invalid value for argument `labels`, expected one "
+            f"label per text of `pairs`, at least {last + 1}. Received: labels "
+            f"of length {len(labels)}"
+        )
     rows, columns, ratios, offset = [], [], [], 0
     for size, these in zip(sizes, pairs, strict=True):
         these = these[these[:, 1] >= first_id]
@@ -356,11 +374,45 @@ def nb_lr(
     return ratios * v, intercept, iterations, features
 
 
+def _check_pairs(pairs: Sequence[np.ndarray], sizes: Sequence[int]) -> None:
+    """`pairs` holds one `(pairs, 2)` array of `(text, id)` per vocabulary,
+    its ids below that vocabulary's size; otherwise a `ValueError`."""
+    if len(pairs) != len(sizes):
+        raise ValueError(
+            "Received an invalid value for argument `pairs`, expected one "
+            f"array per vocabulary, {len(sizes)} of them (`sizes`). "
+            f"Received: {len(pairs)} arrays"
+        )
+    for these, size in zip(pairs, sizes, strict=True):
+        these = np.asarray(these)
+        if (
+            these.ndim != 2
+            or these.shape[1] != 2
+            or (len(these) and (these.min() < 0 or these[:, 1].max() >= size))
+        ):
+            raise ValueError(
+                "Received an invalid value for argument `pairs`, expected "
+                "`(pairs, 2)` arrays of non-negative `(text, id)` pairs, each "
+                "id below its vocabulary's size. Received: an array of shape "
+                f"{these.shape} for a vocabulary of {size}"
+            )
+
+
 def scores(
     pairs: Sequence[np.ndarray], weights: np.ndarray, sizes: Sequence[int], n: int
 ) -> np.ndarray:
     """Each of `n` texts' n-gram score: the sum of `weights` (`nb_lr`'s)
     over its distinct ids; `pairs` as `presence` gives them, `(n,)`."""
+    _check_pairs(pairs, sizes)
+    weights = np.asarray(weights)
+    if weights.shape != (sum(sizes),):
+        raise ValueError(
+            "Received an invalid value for argument `weights`, expected one "
+            f"weight per id of the vocabularies, shape ({sum(sizes)},). "
+            f"Received: weights of shape {weights.shape}"
+        )
+    last = max((int(t[:, 0].max()) for t in pairs if len(t)), default=-1)
+    check_int_in_range("n", n, last + 1)
     total, offset = np.zeros(n), 0
     for size, these in zip(sizes, pairs, strict=True):
         total += np.bincount(these[:, 0], weights[these[:, 1] + offset], n)

@@ -58,7 +58,14 @@ from keras_selfattn.imdb import model as imdb_model
 from keras_selfattn.imdb._errors import why_no_folder, why_unwritable
 from keras_selfattn.imdb.model import DEFAULTS
 
-__all__ = ["TrainConfig", "TrainResult", "cpu_name", "describe_device", "train"]
+__all__ = [
+    "TrainConfig",
+    "TrainResult",
+    "cpu_name",
+    "describe_device",
+    "train",
+    "validation_count",
+]
 
 
 class _DefaultHeadLen:
@@ -406,7 +413,7 @@ def _fit_and_blend(model, texts, labels, n_train: int, config: TrainConfig):
         model, texts[:n_train], labels[:n_train], C=config.ngram_c
     )
     unmet = " (stopped at the limit)" if fit.iterations >= fit.max_iter else ""
-    _log(f"n-grams: NB-LR on {fit.texts} texts (C = {config.ngram_c:g}), "
+    _log(f"n-grams: NB-LR on {fit.texts} texts (C = {fit.C:g}), "
          f"{fit.features} n-grams, {fit.iterations} L-BFGS iterations{unmet}, "
          f"{fit.seconds:.0f} s")  # fmt: skip
     *held_out, min_per_class = _validation_texts(
@@ -427,7 +434,8 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))  # no overflow for any z
 
 
-# Options that leave the trained weights alone: a resume may change them.
+# Options that leave the trained weights alone: a resume may change them
+# (`ngram_c` too: NB-LR is fitted after the last epoch, not checkpointed).
 _FREE_ON_RESUME = ("out", "verbose", "tensorboard", "calibrate", "ngram_c")
 
 
@@ -509,6 +517,13 @@ def train(
         keras.config.set_dtype_policy(policy)
 
 
+def validation_count(texts: int) -> int:
+    """How many of `texts` training texts `train` keeps to validate (the
+    last ones: 5%, at least 1), and fits the blend or the temperature on;
+    none of fewer than 20."""
+    return max(1, round(0.05 * texts)) if texts >= 20 else 0
+
+
 def _train(config: TrainConfig, strategy, extra_callbacks: list) -> TrainResult:
     options = config.model_options()
     device, on_gpu = describe_device()
@@ -523,7 +538,7 @@ def _train(config: TrainConfig, strategy, extra_callbacks: list) -> TrainResult:
     if config.rotten_tomatoes and config.data == "bundled":
         dataset = data.with_rotten_tomatoes(dataset, config.limit)
     texts, labels = dataset.train_texts, dataset.train_labels
-    n_val = max(1, round(0.05 * len(texts))) if len(texts) >= 20 else 0
+    n_val = validation_count(len(texts))
     n_train = len(texts) - n_val
     _log(
         f"data: {dataset.source}; training on {n_train}, validating on {n_val}, "

@@ -346,6 +346,8 @@ def test_help_lists_the_commands(capsys):
         (["--num-heads", "3"], "num_heads"),
         (["--vocab-size", "1"], "vocab_size"),
         (["--seed", str(2**64)], "seed"),
+        (["--ngram-c", "0"], "ngram_c"),
+        (["--ngram-c", "nan"], "ngram_c"),
     ],
     ids=[
         "head_len_below_minus_one",
@@ -361,6 +363,8 @@ def test_help_lists_the_commands(capsys):
         "heads_not_dividing_embed_dim",  # these three: exit code 1, after loading
         "vocab_of_one",
         "seed_past_every_backend",
+        "zero_ngram_c",
+        "nan_ngram_c",
     ],
 )
 def test_bad_train_options_are_one_line_with_exit_code_2(capsys, args, field):
@@ -382,9 +386,11 @@ def test_train_options_make_the_same_config_as_python():
     assert short == TrainConfig(max_len=64, head_len=64)
     args = parser.parse_args(
         ["train", "--head-len", "-1", "--bigram-vocab-size", "0", "--attention",
-         "keras", "--devices", "/cpu:0,/cpu:1", "--mixed-precision"]
+         "keras", "--devices", "/cpu:0,/cpu:1", "--mixed-precision",
+         "--ngram-c", "0.3"]
     )  # fmt: skip
     assert cli.config_from_args(args) == TrainConfig(
+        ngram_c=0.3,
         head_len=None,
         bigram_vocab_size=0,
         attention="keras",

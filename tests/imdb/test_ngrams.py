@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -185,8 +187,12 @@ def test_nb_lr_and_scores_are_the_branch_without_the_model():
     sizes = layer.vocabulary_sizes
     vectorizers = ngrams._vectorizers(model)
     pairs = ngrams.presence(vectorizers, sizes, texts)
+    assert fit.C == TrainConfig().ngram_c == 0.1
     weights, intercept, iterations, features = ngrams.nb_lr(
-        pairs, labels, sizes, layer.first_id, C=TrainConfig().ngram_c
+        pairs,
+        labels,
+        sizes,
+        layer.first_id,  # its default C: the same
     )
     np.testing.assert_allclose(np.asarray(layer.kernel), weights, rtol=1e-6, atol=1e-7)
     assert (intercept, iterations, features) == (
@@ -201,6 +207,36 @@ def test_nb_lr_and_scores_are_the_branch_without_the_model():
         atol=1e-5,
     )
     assert np.any(weights[: sizes[0]] != 0) and np.any(weights[sizes[0] :] != 0)
+
+
+_PAIRS = [np.array([[0, 2], [1, 3]]), np.array([[0, 2]])]
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        pytest.param(lambda: ngrams.nb_lr(_PAIRS, [1, 0], [5, 4], -1),
+                     "`first_id`, expected an integer >= 0", id="negative_first_id"),
+        pytest.param(lambda: ngrams.nb_lr(_PAIRS, [1, 0], [5, 4], 2.5),
+                     "`first_id`", id="float_first_id"),
+        pytest.param(lambda: ngrams.nb_lr(_PAIRS, [1], [5, 4], 2),
+                     "`labels`, expected one label per text of `pairs`, at least 2",
+                     id="too_few_labels"),
+        pytest.param(lambda: ngrams.nb_lr(_PAIRS, [1, 0], [5], 2),
+                     "`pairs`, expected one array per vocabulary, 1 of them",
+                     id="pairs_without_a_size"),
+        pytest.param(lambda: ngrams.nb_lr(_PAIRS, [1, 0], [5, 2], 0),
+                     "each id below its vocabulary's size", id="id_past_its_size"),
+        pytest.param(lambda: ngrams.scores(_PAIRS, np.zeros(10), [5, 4], 2),
+                     "`weights`, expected one weight per id of the vocabularies, "
+                     "shape (9,)", id="weights_too_long"),
+        pytest.param(lambda: ngrams.scores(_PAIRS, np.zeros(9), [5, 4], 1),
+                     "`n`, expected an integer >= 2", id="fewer_texts_than_pairs"),
+    ],
+)  # fmt: skip
+def test_nb_lr_and_scores_reject_bad_input(call, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call()
 
 
 def test_blend_is_the_plain_sum_without_enough_texts_of_a_class():

@@ -73,6 +73,8 @@ def test_defaults_are_the_models():
         ("tensorboard", ""),
         ("pooling_entropy", -1.0),
         ("ngram_c", 0.0),
+        ("ngram_c", float("nan")),
+        ("ngram_c", True),
         ("vocab_size", 2),
         ("bigram_vocab_size", 2),
         ("pooling_heads", 3),
@@ -114,6 +116,8 @@ def test_defaults_are_the_models():
         "empty_tensorboard",  # was accepted, then ignored
         "negative_pooling_entropy",
         "zero_ngram_c",
+        "nan_ngram_c",
+        "bool_ngram_c",
         # Each of the six below was accepted, then failed (exit code 1)
         # after the data loaded or, for `out`, after the whole training.
         "vocab_of_padding_and_unk_only",
