@@ -59,7 +59,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.folds < 2:
         parser.error(f"argument --folds: expected at least 2, received {args.folds}")
     if not all(math.isfinite(c) and c > 0 for c in args.c):
-        parser.error(f"argument --c: expected positive values, received {args.c}")
+        parser.error(
+            f"argument --c: expected positive, finite values, received {args.c}"
+        )
     if args.limit is not None and args.limit < 1:
         parser.error(
             f"argument --limit: expected a positive integer, received {args.limit}"
@@ -89,6 +91,13 @@ def cross_validate(texts, labels, is_snippet, cs, folds: int, seed: int) -> list
     from keras_selfattn.imdb import model as imdb_model
     from keras_selfattn.imdb.train import TrainConfig
 
+    fold = np.random.default_rng(seed).integers(0, folds, len(texts))
+    if any(len(np.unique(labels[fold == k])) < 2 for k in range(folds)):
+        raise ValueError(
+            f"Received an invalid value for argument `folds`, expected folds "
+            f"that each hold texts of both classes. Received: folds={folds} "
+            f"for {len(texts)} texts"
+        )
     model = imdb_model.build_model(texts, **TrainConfig().model_options())
     layer = model.get_layer(imdb_model.NGRAM)
     sizes, vectorizers = layer.vocabulary_sizes, ngrams._vectorizers(model)
@@ -101,7 +110,6 @@ def cross_validate(texts, labels, is_snippet, cs, folds: int, seed: int) -> list
     last_pairs = ngrams.presence(
         vectorizers, sizes, [s for s, k in zip(last, keep, strict=True) if k]
     )
-    fold = np.random.default_rng(seed).integers(0, folds, len(texts))
     results = []
     for c in cs:
         start = time.perf_counter()
@@ -121,8 +129,7 @@ def cross_validate(texts, labels, is_snippet, cs, folds: int, seed: int) -> list
             out = fold == k
             z = ngrams.scores(pairs, weights, sizes, len(texts)) + intercept
             oof[out] = z[out]
-            both = len(np.unique(labels[out])) == 2
-            per_fold.append(roc_auc_score(labels[out], z[out]) if both else np.nan)
+            per_fold.append(roc_auc_score(labels[out], z[out]))
             out_last = fold[last_of] == k
             z = ngrams.scores(last_pairs, weights, sizes, len(last_of)) + intercept
             oof_last[out_last] = z[out_last]

@@ -194,20 +194,21 @@ def test_bigram_ids_keep_their_value_in_mixed_precision(policy):
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
 def test_ngram_logit_float_ids_are_ids_where_whole(policy):
-    # Autocast turned float id 257.0 into bfloat16's 256.0 (another n-gram),
-    # and 2.7 was cast to id 2.
+    # Autocast turned float id 257.0 into bfloat16's 256.0 and 2049.0 into
+    # 2048.0 (other n-grams), and 2.7 was cast to id 2. One weight per id,
+    # each a power of two (exact in every dtype): a sum names its ids.
     layer = NgramLogit([3000], dtype=policy)
     layer.build()
-    layer.kernel.assign(np.arange(3000, dtype="float32"))
+    kernel = np.zeros(3000, "float32")
+    kernel[[257, 2049, 5, 4, 2]] = [1, 8, 64, 512, 4096]
+    layer.kernel.assign(kernel)
     ids = np.array([[257, 2049, 0], [5, 0, 0]])
     got = keras.ops.convert_to_numpy(layer(ids.astype("float32")))
     assert keras.backend.standardize_dtype(layer(ids).dtype) == policy.split("_")[-1]
+    np.testing.assert_array_equal(got[:, 0], [1 + 8, 64])
     np.testing.assert_array_equal(got, keras.ops.convert_to_numpy(layer(ids)))
-    dtype = policy.split("_")[-1]  # 2306 is 2304 in bfloat16
-    expected = keras.ops.cast(np.array([257.0 + 2049.0, 5.0]), dtype)
-    np.testing.assert_array_equal(got[:, 0], keras.ops.convert_to_numpy(expected))
     odd = np.array([[2.7, np.nan, 4.0]], "float32")  # only 4.0 is an id
-    assert float(keras.ops.convert_to_numpy(layer(odd))[0, 0]) == 4.0
+    assert float(keras.ops.convert_to_numpy(layer(odd))[0, 0]) == 512
 
 
 def test_numpy_integers_are_integers():

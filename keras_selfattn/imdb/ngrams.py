@@ -346,7 +346,7 @@ def nb_lr(
         distinct ids, `scores`), the intercept, L-BFGS's iterations and the
         number of distinct n-grams the texts hold.
     """
-    _check_pairs(pairs, sizes)
+    pairs = _check_pairs(pairs, sizes)
     check_int_in_range("first_id", first_id, 0)
     labels = _checks.labels(labels)
     last = max((int(these[:, 0].max()) for these in pairs if len(these)), default=-1)
@@ -374,28 +374,36 @@ def nb_lr(
     return ratios * v, intercept, iterations, features
 
 
-def _check_pairs(pairs: Sequence[np.ndarray], sizes: Sequence[int]) -> None:
-    """`pairs` holds one `(pairs, 2)` array of `(text, id)` per vocabulary,
-    its ids below that vocabulary's size; otherwise a `ValueError`."""
+def _check_pairs(pairs: Sequence[np.ndarray], sizes: Sequence[int]) -> list[np.ndarray]:
+    """`pairs` as integer arrays: one `(pairs, 2)` array of `(text, id)` per
+    vocabulary (an empty one of any shape: no pair), its ids below that
+    vocabulary's size; otherwise a `ValueError`."""
     if len(pairs) != len(sizes):
         raise ValueError(
             "Received an invalid value for argument `pairs`, expected one "
             f"array per vocabulary, {len(sizes)} of them (`sizes`). "
             f"Received: {len(pairs)} arrays"
         )
+    checked = []
     for these, size in zip(pairs, sizes, strict=True):
         these = np.asarray(these)
+        if these.size == 0:
+            these = np.zeros((0, 2), "int64")
         if (
             these.ndim != 2
             or these.shape[1] != 2
+            or these.dtype.kind not in "iu"
             or (len(these) and (these.min() < 0 or these[:, 1].max() >= size))
         ):
             raise ValueError(
                 "Received an invalid value for argument `pairs`, expected "
-                "`(pairs, 2)` arrays of non-negative `(text, id)` pairs, each "
-                "id below its vocabulary's size. Received: an array of shape "
-                f"{these.shape} for a vocabulary of {size}"
+                "`(pairs, 2)` integer arrays of non-negative `(text, id)` "
+                "pairs, each id below its vocabulary's size. Received: an "
+                f"array of shape {these.shape} and dtype {these.dtype} for a "
+                f"vocabulary of {size}"
             )
+        checked.append(these)
+    return checked
 
 
 def scores(
@@ -403,7 +411,7 @@ def scores(
 ) -> np.ndarray:
     """Each of `n` texts' n-gram score: the sum of `weights` (`nb_lr`'s)
     over its distinct ids; `pairs` as `presence` gives them, `(n,)`."""
-    _check_pairs(pairs, sizes)
+    pairs = _check_pairs(pairs, sizes)
     weights = np.asarray(weights)
     if weights.shape != (sum(sizes),):
         raise ValueError(

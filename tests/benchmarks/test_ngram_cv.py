@@ -14,9 +14,11 @@ from benchmarks import ngram_cv
     "argv, message",
     [
         pytest.param(["--folds", "1"], "--folds: expected at least 2", id="one_fold"),
-        pytest.param(["--c", "0.1", "0"], "--c: expected positive", id="zero_c"),
-        pytest.param(["--c", "nan"], "--c: expected positive", id="nan_c"),
-        pytest.param(["--c", "inf"], "--c: expected positive", id="infinite_c"),
+        pytest.param(
+            ["--c", "0.1", "0"], "--c: expected positive, finite", id="zero_c"
+        ),
+        pytest.param(["--c", "nan"], "--c: expected positive, finite", id="nan_c"),
+        pytest.param(["--c", "inf"], "--c: expected positive, finite", id="infinite_c"),
         pytest.param(["--limit", "0"], "--limit: expected a positive", id="no_reviews"),
     ],
 )
@@ -55,6 +57,8 @@ def test_each_text_is_scored_by_a_fit_that_did_not_see_it():
     for name in ("reviews", "snippets", "last sentences", "all"):
         assert row[name][:2] == (1.0, 1.0), (name, row[name])
     assert row["fold AUC"] == (1.0, 0.0)
+    with pytest.raises(ValueError, match="folds that each hold texts of both"):
+        ngram_cv.cross_validate(texts[:3], labels[:3], snippets[:3], [1.0], 3, seed=0)
 
 
 @pytest.mark.tensorflow_only
@@ -64,8 +68,8 @@ def test_the_texts_are_trains_n_gram_texts_and_no_test_text():
 
     texts, labels, snippets = ngram_cv.training_texts(400)
     dataset = data.with_rotten_tomatoes(data.load("bundled").limit(400), 400)
-    n_train = len(dataset.train_texts) - validation_count(len(dataset.train_texts))
-    assert texts == dataset.train_texts[:n_train] and len(labels) == n_train
+    validation = dataset.train_texts[-validation_count(len(dataset.train_texts)) :]
+    assert len(texts) == len(labels) and not set(texts) & set(validation)
     assert 0 < snippets.sum() < len(texts)
     rt_test = {data.clean(t) for t in data.load_rotten_tomatoes("test")[0]}
     assert not set(texts) & (rt_test | set(dataset.test_texts))

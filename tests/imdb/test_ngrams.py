@@ -227,6 +227,8 @@ _PAIRS = [np.array([[0, 2], [1, 3]]), np.array([[0, 2]])]
                      id="pairs_without_a_size"),
         pytest.param(lambda: ngrams.nb_lr(_PAIRS, [1, 0], [5, 2], 0),
                      "each id below its vocabulary's size", id="id_past_its_size"),
+        pytest.param(lambda: ngrams.nb_lr([p * 1.0 for p in _PAIRS], [1, 0], [5, 4], 2),
+                     "integer arrays", id="float_pairs"),
         pytest.param(lambda: ngrams.scores(_PAIRS, np.zeros(10), [5, 4], 2),
                      "`weights`, expected one weight per id of the vocabularies, "
                      "shape (9,)", id="weights_too_long"),
@@ -237,6 +239,15 @@ _PAIRS = [np.array([[0, 2], [1, 3]]), np.array([[0, 2]])]
 def test_nb_lr_and_scores_reject_bad_input(call, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         call()
+
+
+def test_nb_lr_and_scores_take_lists_and_a_vocabulary_with_no_pair():
+    pairs = [[[0, 2], [1, 3]], []]  # no text holds a pair of the 2nd vocabulary
+    weights, _, _, features = ngrams.nb_lr(pairs, [1, 0], [5, 4], 2, C=1.0)
+    assert features == 2 and weights.shape == (9,) and weights[2] > 0 > weights[3]
+    np.testing.assert_allclose(
+        ngrams.scores(pairs, weights, [5, 4], 2), weights[[2, 3]]
+    )
 
 
 def test_blend_is_the_plain_sum_without_enough_texts_of_a_class():
