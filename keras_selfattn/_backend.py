@@ -23,6 +23,8 @@ functions:
   symbolic dimensions, in `jax.export`, count as unknown).
 - `free_memory`: the free memory of the device the backend computes on (the
   default memory budget of the choice of path follows it).
+- `positions`: the int32 positions 0, 1, ... of a sequence of any length
+  (JAX's ONNX export needs `lax.iota` for an unknown one).
 
 Nothing else in the package looks at `keras.backend.backend()` to compute
 attention.
@@ -219,6 +221,23 @@ def comparable_dim(dim):
         if export.is_symbolic_dim(dim):
             return None
     return dim
+
+
+def positions(length):
+    """The int32 positions `0, 1, ..., length - 1`: `(length,)`.
+
+    `keras.ops.arange(0, length)`, except on JAX, where it is `lax.iota`:
+    jax2onnx (Keras's ONNX export on JAX) gives `jnp.arange` of an unknown
+    length a dimension of its own, which no later index or broadcast
+    accepts (`'_DynamicDimSentinel' object has no attribute 'rmax'`, jax2onnx
+    0.17.1), and exports `lax.iota` of the same length.
+    """
+    if keras.backend.backend() == "jax":
+        import jax.numpy as jnp
+        from jax import lax
+
+        return lax.iota(jnp.int32, length)
+    return ops.arange(0, length, dtype="int32")
 
 
 def values_known(x) -> bool:

@@ -281,13 +281,11 @@ def positional_mask(q_len, k_len, causal, sliding_window, query_offset=0):
     """
     if not causal and sliding_window is None:
         return None
-    # `arange(0, n)`, here and below, not `arange(n)`: jax2onnx (Keras's
-    # ONNX export on JAX) refuses the `stop=None` that `arange(n)` passes.
-    rows = ops.arange(0, q_len, dtype="int32")
+    rows = _backend.positions(q_len)
     if not _is_zero(query_offset):
         rows = ops.add(rows, ops.cast(query_offset, "int32"))
     rows = ops.expand_dims(rows, 1)
-    cols = ops.expand_dims(ops.arange(0, k_len, dtype="int32"), 0)
+    cols = ops.expand_dims(_backend.positions(k_len), 0)
     mask = _position_rule(rows, cols, causal, sliding_window)
     return ops.expand_dims(ops.expand_dims(mask, 0), 0)
 
@@ -365,7 +363,7 @@ def _seen_keys(query, key, mask, causal, sliding_window, query_offset):
         _is_zero(query_offset) and q_len is not None and k_len is not None
     ) and q_len >= k_len
     if rules and not sees_all:
-        cols = ops.arange(0, ops.shape(key)[1], dtype="int32")
+        cols = _backend.positions(ops.shape(key)[1])
         first = ops.cast(query_offset, "int32")
         last = ops.add(first, ops.cast(ops.shape(query)[1], "int32") - 1)
         rule = ops.less_equal(cols, last) if causal else None
@@ -673,7 +671,7 @@ def _chunked_attention(
     # Where each block's keys start, counted from the first query's position:
     # the rules depend on i - j only, so the offset shifts the blocks' starts
     # and the rows stay 0..q_len-1.
-    block_starts = ops.multiply(ops.arange(0, num_blocks, dtype="int32"), size)
+    block_starts = ops.multiply(_backend.positions(num_blocks), size)
     if not _is_zero(query_offset):
         block_starts = ops.subtract(block_starts, ops.cast(query_offset, "int32"))
     batch = _backend.comparable_dim(query.shape[0])
@@ -714,8 +712,8 @@ def _chunked_attention(
         """(…, Tq, size) boolean mask of the key block at `start`, or None."""
         result = mask_block if mask_block is not None else constant_mask
         if positional:
-            rows = ops.expand_dims(ops.arange(0, q_len, dtype="int32"), 1)
-            offsets = ops.expand_dims(ops.arange(0, size, dtype="int32"), 0)
+            rows = ops.expand_dims(_backend.positions(q_len), 1)
+            offsets = ops.expand_dims(_backend.positions(size), 0)
             cols = ops.add(start, offsets)
             rule = _position_rule(rows, cols, causal, sliding_window)
             rule = ops.reshape(rule, (1, 1, 1, *rule.shape))

@@ -1,5 +1,5 @@
 """The backend seam: `values_known` (eager values are read, traced ones not),
-`comparable_dim`, `may_need_gradient` and the fused kernel under
+`comparable_dim`, `positions`, `may_need_gradient` and the fused kernel under
 torch.compile."""
 
 from __future__ import annotations
@@ -45,6 +45,24 @@ def test_comparable_dims_are_ints_and_symbolic_ones_unknown():
 
         (batch,) = export.symbolic_shape("batch")
         assert _backend.comparable_dim(batch) is None
+
+
+@pytest.mark.parametrize("length", [0, 1, 7], ids=["empty", "one", "seven"])
+def test_positions_are_int32_from_zero(length):
+    got = _backend.positions(length)
+    assert keras.backend.standardize_dtype(got.dtype) == "int32"
+    np.testing.assert_array_equal(to_numpy(got), np.arange(length, dtype="int32"))
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="JAX's symbolic dimensions")
+def test_positions_of_a_symbolic_length_have_that_length():
+    import jax
+    from jax import export
+
+    (n,) = export.symbolic_shape("n")
+    spec = jax.ShapeDtypeStruct((n, 3), "float32")
+    out = jax.eval_shape(lambda x: _backend.positions(x.shape[0]), spec)
+    assert out.shape == (n,) and out.dtype == "int32"
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason="PyTorch's autograd and tracer")

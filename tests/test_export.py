@@ -166,10 +166,21 @@ def test_onnx_of_an_unknown_length_computes_every_length(tmp_path):
     # Keras's ONNX export on PyTorch traces an unknown length as 1; the
     # kernel's shortcut for one key was traced in and the file gave the sum
     # of the values, not their average, at every other length (0.1 to 0.6
-    # off, silently; a review, 2026-12-07).
+    # off, silently; a review, 2026-12-07). On JAX, jax2onnx failed on a
+    # causal mask and a sliding window ("'_DynamicDimSentinel' object has no
+    # attribute 'rmax'": its `jnp.arange` of an unknown length; the kernel
+    # takes `lax.iota` there since 2026-12-07).
     inputs = keras.Input((None, WIDTH))
-    layer = MultiHeadAttention(2, 4, flash_attention=False)
-    model = keras.Model(inputs, layer(inputs, inputs))
+    mha = MultiHeadAttention(2, 4, flash_attention=False)
+    causal_mha = MultiHeadAttention(2, 4, flash_attention=False)
+    outputs = [
+        mha(inputs, inputs),
+        causal_mha(inputs, inputs, use_causal_mask=True),
+        SelfAttention(WIDTH, num_heads=2, causal=True)(inputs),
+        SelfAttention(WIDTH, num_heads=2, sliding_window=3)(inputs),
+        SelfAttention(WIDTH, num_heads=2, causal=True, sliding_window=3)(inputs),
+    ]
+    model = keras.Model(inputs, outputs)
     rng = np.random.default_rng(0)
     xs = [rng.normal(size=(2, n, WIDTH)).astype("float32") for n in (1, 5, 16)]
     expected = [keras.ops.convert_to_numpy(model(x)) for x in xs]  # called
@@ -179,9 +190,13 @@ def test_onnx_of_an_unknown_length_computes_every_length(tmp_path):
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     (feed,) = session.get_inputs()
-    for x, want in zip(xs, expected, strict=True):
-        (output,) = session.run(None, {feed.name: x})
-        assert_close(output, want, atol=1e-5)
+    names = ["mha", "mha_causal", "causal", "sliding_window", "causal_window"]
+    for x, wants in zip(xs, expected, strict=True):
+        got = session.run(None, {feed.name: x})
+        assert len(got) == len(wants) == len(names)
+        for name, output, want in zip(names, got, wants, strict=True):
+            where = f"{name}, length {x.shape[1]}"
+            np.testing.assert_allclose(output, want, atol=1e-5, rtol=0, err_msg=where)
 
 
 @exported_by("litert")
