@@ -349,7 +349,7 @@ def nb_lr(
     pairs = _check_pairs(pairs, sizes)
     check_int_in_range("first_id", first_id, 0)
     labels = _checks.labels(labels)
-    last = max((int(these[:, 0].max()) for these in pairs if len(these)), default=-1)
+    last = _last_text(pairs)
     if last >= len(labels):
         raise ValueError(
             "Received an invalid value for argument `labels`, expected one "
@@ -406,6 +406,11 @@ def _check_pairs(pairs: Sequence[np.ndarray], sizes: Sequence[int]) -> list[np.n
     return checked
 
 
+def _last_text(pairs: Sequence[np.ndarray]) -> int:
+    """The largest text index of checked `pairs`; -1 where they hold none."""
+    return max((int(these[:, 0].max()) for these in pairs if len(these)), default=-1)
+
+
 def scores(
     pairs: Sequence[np.ndarray], weights: np.ndarray, sizes: Sequence[int], n: int
 ) -> np.ndarray:
@@ -419,8 +424,7 @@ def scores(
             f"weight per id of the vocabularies, shape ({sum(sizes)},). "
             f"Received: weights of shape {weights.shape}"
         )
-    last = max((int(t[:, 0].max()) for t in pairs if len(t)), default=-1)
-    check_int_in_range("n", n, last + 1)
+    check_int_in_range("n", n, _last_text(pairs) + 1)
     total, offset = np.zeros(n), 0
     for size, these in zip(sizes, pairs, strict=True):
         total += np.bincount(these[:, 0], weights[these[:, 1] + offset], n)
