@@ -1032,7 +1032,13 @@ def plan_attention(
        can be cut into blocks: an empty or unknown (`None`, as in a graph
        traced for any length) `q_len` or `k_len`.
     3. An explicit `chunk_size`: the chunked path with that block size (also
-       where a fused kernel exists; dropout in training with it is an error).
+       where a fused kernel exists; dropout in training with it is an error),
+       except where the key length is a traced value (neither a number nor
+       `None`: PyTorch's tracer hands lengths on as 0-d tensors) that fits
+       in one block: the fused kernel where it may be used (as in rule 5),
+       else the plain path. Their graphs compute any length, where the
+       chunked path's would hold blocks of the traced length alone
+       (`torch.onnx` traces a model of unknown length at length 1).
     4. Dropout in training (`dropout > 0`, the rate in effect): the plain
        path, the only one that does it.
     5. Otherwise the fastest path that fits the budget. The training
@@ -1101,6 +1107,8 @@ def plan_attention(
     if q_len is None or k_len is None or q_len == 0 or k_len == 0:
         return AttentionPlan(path)
     if chunk_size is not None:
+        if not isinstance(k_len, numbers.Number) and k_len <= chunk_size:
+            return AttentionPlan(path)
         return AttentionPlan("chunked", chunk_size)
     if dropout > 0.0:
         return AttentionPlan("plain")

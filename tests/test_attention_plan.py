@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
 
 import keras_selfattn.attention as attention
@@ -90,6 +91,32 @@ CASES = {
     "explicit-chunk-size-over-fused": (
         dict(chunk_size=64),
         "jax",
+        16 * GIB,
+        ("chunked", 64),
+    ),
+    "explicit-chunk-size-one-known-block-chunked": (
+        dict(q_len=16, k_len=16, chunk_size=64),
+        "torch",
+        16 * GIB,
+        ("chunked", 64),
+    ),
+    # A 0-d array stands in for the 0-d tensors that PyTorch's tracer hands
+    # on as lengths (`torch.onnx` traces an unknown length as 1).
+    "traced-length-in-one-block-fused": (
+        dict(q_len=np.array(1), k_len=np.array(1), chunk_size=64),
+        "torch",
+        16 * GIB,
+        ("fused", None),
+    ),
+    "traced-length-in-one-block-no-flash-plain": (
+        dict(k_len=np.array(64), chunk_size=64, flash_attention=False),
+        "torch",
+        16 * GIB,
+        ("plain", None),
+    ),
+    "traced-length-beyond-one-block-chunked": (
+        dict(k_len=np.array(65), chunk_size=64),
+        "torch",
         16 * GIB,
         ("chunked", 64),
     ),

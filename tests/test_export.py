@@ -169,7 +169,10 @@ def test_onnx_of_an_unknown_length_computes_every_length(tmp_path):
     # off, silently; a review, 2026-12-07). On JAX, jax2onnx failed on a
     # causal mask and a sliding window ("'_DynamicDimSentinel' object has no
     # attribute 'rmax'": its `jnp.arange` of an unknown length; the kernel
-    # takes `lax.iota` there since 2026-12-07).
+    # takes `lax.iota` there since 2026-12-07). A `chunk_size` layer traced
+    # at length 1 on PyTorch held one block of one key, and onnxruntime
+    # refused every other length ("MatMul ... cannot broadcast on dim 0");
+    # `plan_attention` takes the plain path there since 2026-12-07.
     inputs = keras.Input((None, WIDTH))
     mha = MultiHeadAttention(2, 4, flash_attention=False)
     causal_mha = MultiHeadAttention(2, 4, flash_attention=False)
@@ -179,6 +182,7 @@ def test_onnx_of_an_unknown_length_computes_every_length(tmp_path):
         SelfAttention(WIDTH, num_heads=2, causal=True)(inputs),
         SelfAttention(WIDTH, num_heads=2, sliding_window=3)(inputs),
         SelfAttention(WIDTH, num_heads=2, causal=True, sliding_window=3)(inputs),
+        SelfAttention(WIDTH, num_heads=2, causal=True, chunk_size=4)(inputs),
     ]
     model = keras.Model(inputs, outputs)
     rng = np.random.default_rng(0)
@@ -190,7 +194,9 @@ def test_onnx_of_an_unknown_length_computes_every_length(tmp_path):
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     (feed,) = session.get_inputs()
-    names = ["mha", "mha_causal", "causal", "sliding_window", "causal_window"]
+    names = [
+        "mha", "mha_causal", "causal", "sliding_window", "causal_window", "chunked"
+    ]  # fmt: skip
     for x, wants in zip(xs, expected, strict=True):
         got = session.run(None, {feed.name: x})
         assert len(got) == len(wants) == len(names)
