@@ -1,6 +1,6 @@
 """The backend seam: `values_known` (eager values are read, traced ones not),
-`comparable_dim`, `positions`, `may_need_gradient` and the fused kernel under
-torch.compile."""
+`comparable_dim`, `positions`, `update_cache`, `may_need_gradient` and the
+fused kernel under torch.compile."""
 
 from __future__ import annotations
 
@@ -63,6 +63,50 @@ def test_positions_of_a_symbolic_length_have_that_length():
     spec = jax.ShapeDtypeStruct((n, 3), "float32")
     out = jax.eval_shape(lambda x: _backend.positions(x.shape[0]), spec)
     assert out.shape == (n,) and out.dtype == "int32"
+
+
+_UPDATES = {
+    # (batch, cache length, update length, index, the index as a tensor)
+    "one-step-at-0": (2, 5, 1, 0, False),
+    "one-step-at-the-end": (2, 5, 1, 4, True),
+    "two-steps-in-the-middle": (3, 6, 2, 2, True),
+    "whole-cache": (1, 4, 4, 0, False),
+}
+
+
+@pytest.mark.parametrize("case", list(_UPDATES), ids=list(_UPDATES))
+def test_update_cache_writes_the_update_at_the_index_only(case):
+    batch, size, length, index, as_tensor = _UPDATES[case]
+    rng = np.random.default_rng(1)
+    cache = rng.normal(size=(batch, size, 2, 3)).astype("float32")
+    update = rng.normal(size=(batch, length, 2, 3)).astype("float32")
+    want = cache.copy()
+    want[:, index : index + length] = update
+    at = keras.ops.convert_to_tensor(index, "int32") if as_tensor else index
+    got = _backend.update_cache(
+        keras.ops.convert_to_tensor(cache), keras.ops.convert_to_tensor(update), at
+    )
+    np.testing.assert_array_equal(to_numpy(got), want)
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow's graphs")
+def test_update_cache_in_a_tensorflow_graph_scatters_for_the_exporters():
+    import tensorflow as tf
+
+    spec = tf.TensorSpec((None, None, 2), tf.float32)
+    index_spec = tf.TensorSpec((), tf.int32)
+    graph = tf.function(_backend.update_cache).get_concrete_function(
+        spec, spec, index_spec
+    )
+    op_types = {op.type for op in graph.graph.get_operations()}
+    # tf2onnx has no conversion for XlaDynamicUpdateSlice (a slice update).
+    assert "TensorScatterUpdate" in op_types
+    assert "XlaDynamicUpdateSlice" not in op_types
+    cache = np.arange(3 * 4 * 2, dtype="float32").reshape(3, 4, 2)
+    update = -np.ones((3, 2, 2), "float32")
+    want = cache.copy()
+    want[:, 1:3] = update
+    np.testing.assert_array_equal(graph(cache, update, tf.constant(1)).numpy(), want)
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason="PyTorch's autograd and tracer")

@@ -26,7 +26,13 @@ import keras
 import numpy as np
 import pytest
 
-from keras_selfattn import GroupQueryAttention, MultiHeadAttention, SelfAttention
+from keras_selfattn import (
+    CachedMultiHeadAttention,
+    GroupQueryAttention,
+    MultiHeadAttention,
+    SelfAttention,
+    TransformerDecoder,
+)
 from keras_selfattn.layers.grouped_query_attention import (
     KERAS_NEEDED as GQA_KERAS_NEEDED,
 )
@@ -279,3 +285,95 @@ def saved_model_outputs(model_and_expected, tmp_path_factory):
 def test_tf_saved_model_matches_keras(model_and_expected, saved_model_outputs, index):
     _, _, expected = model_and_expected
     assert_close(saved_model_outputs[index], expected[index], atol=1e-5)
+
+
+CACHE_LEN = 6
+
+
+class _StepIndex(keras.layers.Layer):
+    """The decoding step's cache index, a scalar: the first entry of a
+    `(batch, 1)` int32 input (JAX's export gives every input one batch)."""
+
+    def call(self, step):
+        return keras.ops.reshape(step[:1, 0], ())
+
+
+def _decoding_step() -> keras.Model:
+    """One decoding step: a token's vector, a cache of `CACHE_LEN` positions
+    and the index to write it at; out come a `CachedMultiHeadAttention`'s
+    output and updated cache, and a `TransformerDecoder`'s output (not on
+    PyTorch, whose `torch.onnx` fails in Keras's `LayerNormalization`:
+    docs/export.md)."""
+    x = keras.Input((1, WIDTH), name="x")
+    cache = keras.Input((2, CACHE_LEN, 2, WIDTH // 2), name="cache")
+    step = keras.Input((1,), dtype="int32", name="step")
+    index = _StepIndex()(step)
+    attention = CachedMultiHeadAttention(2, WIDTH // 2)
+    outputs = list(
+        attention(x, x, cache=cache, cache_update_index=index, use_causal_mask=True)
+    )
+    if BACKEND != "torch":
+        decoder = TransformerDecoder(16, 2)
+        outputs.append(
+            decoder(
+                x, self_attention_cache=cache, self_attention_cache_update_index=index
+            )
+        )
+    return keras.Model([x, cache, step], outputs)
+
+
+def _run_exported(export_format: str, path: str, feeds: dict) -> list:
+    """The exported file's outputs for `feeds` (by the model's input names)."""
+    if export_format == "onnx":
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        return session.run(None, feeds)
+    if export_format == "litert":
+        from ai_edge_litert import interpreter
+
+        runner = interpreter.Interpreter(model_path=path).get_signature_runner()
+        got = runner(**feeds)
+        return [got[f"output_{i}"] for i in range(len(got))]
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(path)  # it owns the variables: kept until read
+    return [np.asarray(y) for y in loaded.serve(list(feeds.values()))]
+
+
+@pytest.mark.parametrize(
+    "export_format",
+    [
+        pytest.param("onnx", marks=[exported_by("onnx"), needs_onnx_export_here]),
+        pytest.param("litert", marks=[exported_by("litert"), needs_litert_export]),
+        pytest.param("tf_saved_model", marks=exported_by("tf_saved_model")),
+    ],
+)
+def test_a_decoding_step_exports(tmp_path, export_format):
+    # The cache update was `keras.ops.slice_update`: on TensorFlow
+    # `XlaDynamicUpdateSlice`, which tf2onnx cannot convert (onnxruntime:
+    # INVALID_GRAPH, "No Op registered for XlaDynamicUpdateSlice"); on
+    # PyTorch `torch.onnx` wrote int32 indices for `ScatterND`, which
+    # onnxruntime refuses. `_backend.update_cache` since 2026-12-07.
+    model = _decoding_step()
+    rng = np.random.default_rng(3)
+    feeds = {
+        "x": rng.normal(size=(2, 1, WIDTH)).astype("float32"),
+        "cache": rng.normal(size=(2, 2, CACHE_LEN, 2, WIDTH // 2)).astype("float32"),
+        "step": np.full((2, 1), 3, "int32"),
+    }
+    expected = [keras.ops.convert_to_numpy(y) for y in model(list(feeds.values()))]
+    # The step's keys and values are written at index 3, and only there.
+    np.testing.assert_array_equal(
+        np.delete(expected[1], 3, axis=2), np.delete(feeds["cache"], 3, axis=2)
+    )
+    assert not np.allclose(expected[1][:, :, 3], feeds["cache"][:, :, 3])
+    suffix = {"litert": ".tflite", "onnx": ".onnx"}.get(export_format, "")
+    path = str(tmp_path / f"step{suffix}")
+    model.export(path, format=export_format, verbose=False)
+    got = _run_exported(export_format, path, feeds)
+    assert len(got) == len(expected)
+    for i, (output, want) in enumerate(zip(got, expected, strict=True)):
+        np.testing.assert_allclose(
+            output, want, atol=1e-5, rtol=0, err_msg=f"output {i}"
+        )

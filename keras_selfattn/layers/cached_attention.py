@@ -239,9 +239,11 @@ class CachedMultiHeadAttention(MultiHeadAttention):
                 value = value_cache
             else:
                 self._check_update_index(cache_update_index, key, cache)
-                start = [0, cache_update_index, 0, 0]
-                key = ops.slice_update(key_cache, start, self._key_dense(key))
-                value = ops.slice_update(value_cache, start, self._value_dense(value))
+                index = cache_update_index
+                key = _backend.update_cache(key_cache, self._key_dense(key), index)
+                value = _backend.update_cache(
+                    value_cache, self._value_dense(value), index
+                )
                 cache = ops.stack((key, value), axis=1)
         else:
             if cache_update_index is not None:
