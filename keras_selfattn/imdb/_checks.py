@@ -1,4 +1,4 @@
-"""Checks of the arrays that the demo's fitting functions take: labels,
+"""Checks of the arrays that the demo's functions take: texts, labels,
 probabilities and logits.
 
 A wrong array (labels of shape `(n, 1)`, logits passed as probabilities,
@@ -21,12 +21,19 @@ def _received(argument: str, values: np.ndarray, detail: str) -> ValueError:
     )
 
 
-def _one_dim(argument: str, values: Any, length: int | None, what: str) -> np.ndarray:
+def _one_dim(
+    argument: str,
+    values: Any,
+    length: int | None,
+    what: str,
+    allow_empty: bool = False,
+) -> np.ndarray:
     values = np.asarray(values)
-    expected = f"a non-empty 1-D array of {what}"
+    expected = f"a {'' if allow_empty else 'non-empty '}1-D array of {what}"
     if length is not None:
         expected += f", {length} of them (one per text)"
-    if values.ndim != 1 or values.size == 0 or length not in (None, values.size):
+    empty = values.size == 0 and not allow_empty
+    if values.ndim != 1 or empty or length not in (None, values.size):
         raise _received(argument, values, expected)
     return values
 
@@ -38,10 +45,49 @@ def _first_bad(values: np.ndarray, bad: np.ndarray) -> str:
     return f"the value {value!r} at index {index}"
 
 
-def labels(values: Any, length: int | None = None, argument: str = "labels"):
+def texts(values: Any, argument: str = "texts") -> list[str]:
+    """`values` as a list of strings (empty allowed); otherwise a
+    `ValueError` naming `argument`. One string is refused, not read as its
+    characters."""
+    if isinstance(values, (str, bytes)):
+        raise ValueError(
+            f"Received an invalid value for argument `{argument}`, expected a "
+            "list of review strings (for one review, a list of one). Received: "
+            f"{argument}={_short(values)}"
+        )
+    try:
+        values = list(values)
+    except TypeError:
+        raise ValueError(
+            f"Received an invalid value for argument `{argument}`, expected a "
+            f"list of review strings. Received: {argument}={_short(values)}"
+        ) from None
+    for index, value in enumerate(values):
+        if not isinstance(value, str):
+            raise ValueError(
+                f"Received an invalid value for argument `{argument}`, expected "
+                f"review strings. Received: {_short(value)} (of type "
+                f"{type(value).__name__}) at index {index}"
+            )
+    return values
+
+
+def _short(value: Any) -> str:
+    """`repr(value)`, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def labels(
+    values: Any,
+    length: int | None = None,
+    argument: str = "labels",
+    allow_empty: bool = False,
+):
     """`values` as a 1-D int array of 0/1 labels (bools too), `length` long
-    when given; otherwise a `ValueError` naming `argument`."""
-    values = _one_dim(argument, values, length, "0/1 labels")
+    when given, not empty unless `allow_empty`; otherwise a `ValueError`
+    naming `argument`."""
+    values = _one_dim(argument, values, length, "0/1 labels", allow_empty)
     if values.dtype == bool:
         return values.astype("int64")
     try:

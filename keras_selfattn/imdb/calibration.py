@@ -227,7 +227,8 @@ def calibrate(
 
     After this, `model` outputs sigmoid(logit / T) for every input: the
     classifier's kernel and bias are divided by T. Predicted labels do not
-    change. With fewer than `min_per_class` texts of either class, or logits
+    change. With fewer than `min_per_class` texts of either class (none at
+    all included), or logits
     that put every text on its side (their NLL falls all the way to T = 0,
     so the fit would only sharpen the model without limit), there is
     nothing to fit: the model is left as it is and 1.0 comes back.
@@ -242,7 +243,7 @@ def calibrate(
     Returns:
         The temperature T; exactly 1.0 when the model was left as it is.
     """
-    labels = _checks.labels(labels, len(texts))
+    labels = _checks.labels(labels, len(texts), allow_empty=True)
     check_positive_int("min_per_class", min_per_class)
     if min(np.sum(labels == 1), np.sum(labels == 0)) < min_per_class:
         return 1.0

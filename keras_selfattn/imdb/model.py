@@ -38,8 +38,8 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from keras_selfattn._validation import MAX_SEED
-from keras_selfattn.imdb import data
+from keras_selfattn._validation import MAX_SEED, check_positive_int
+from keras_selfattn.imdb import _checks, data
 from keras_selfattn.imdb._errors import first_line
 from keras_selfattn.layers.encoder import TransformerEncoder
 from keras_selfattn.layers.pooling import AttentionPooling
@@ -476,7 +476,15 @@ class ReviewBatches(keras.utils.PyDataset):
 
 
 def _in_order(model: keras.Model, texts: Sequence[str], batch_size: int):
-    """`model.predict` on `texts` batched by length, back in their order."""
+    """`model.predict` on `texts` batched by length, back in their order;
+    `(0, outputs)` for no text. Refuses one string (not a list of them), a
+    text that is not a string and a batch size that is not a positive
+    integer, with a `ValueError`."""
+    texts = _checks.texts(texts)
+    check_positive_int("batch_size", batch_size)
+    if not texts:
+        width = model.outputs[0].shape[-1]
+        return np.zeros((0, width), model.outputs[0].dtype)
     batches = ReviewBatches(texts, np.zeros(len(texts)), batch_size, shuffle=False)
     outputs = model.predict(batches, verbose=0)
     ordered = np.empty_like(outputs)
@@ -494,7 +502,9 @@ def predict(
 
     Args:
         model: A model from `build_model` (or loaded from its file).
-        texts: Review strings.
+        texts: Review strings: a list (or other sequence) of them, empty
+            too; one string alone is refused (`ValueError`), not read as
+            its characters.
         batch_size: Reviews per prediction batch. Defaults to `128`.
 
     Returns:
@@ -572,8 +582,8 @@ def evaluate(
 
     Args:
         model: A model from `build_model` (or loaded from its file).
-        texts: Review strings.
-        labels: Their 0/1 labels.
+        texts: Review strings (as `predict` takes them), at least one.
+        labels: Their 0/1 labels, one per text (else a `ValueError`).
         batch_size: Reviews per prediction batch. Defaults to `128`.
 
     Returns:
@@ -606,10 +616,17 @@ def accuracy(probabilities: np.ndarray, labels: np.ndarray) -> float:
         labels: Their 0/1 labels.
 
     Returns:
-        A float in [0, 1].
+        A float in [0, 1]. (A NaN probability is a negative verdict: a
+        diverged model's accuracy is still reported.)
     """
     positive = np.asarray(probabilities) > THRESHOLD
-    return float(np.mean(positive == (np.asarray(labels) == 1)))
+    if positive.ndim != 1:
+        raise ValueError(
+            "Received an invalid value for argument `probabilities`, expected "
+            "a 1-D array (one per text). Received: probabilities of shape "
+            f"{positive.shape}"
+        )
+    return float(np.mean(positive == (_checks.labels(labels, len(positive)) == 1)))
 
 
 class ModelFileError(Exception):

@@ -514,9 +514,9 @@ def blend(
     (`branch_logits`) gives their weights and a bias, which are folded into
     the classifier: the saved model outputs the calibrated mix. Run it once,
     after `fit_ngram_branch`, on texts neither branch was trained on. With
-    fewer than `min_per_class` texts of either class there is nothing to fit
-    the mix on: the logit is then the plain sum of the attention branch's
-    logit and NB-LR's (its score plus `intercept`).
+    fewer than `min_per_class` texts of either class (none at all included)
+    there is nothing to fit the mix on: the logit is then the plain sum of
+    the attention branch's logit and NB-LR's (its score plus `intercept`).
 
     Args:
         model: A model from `build_model(ngram_logit=True)`.
@@ -530,9 +530,10 @@ def blend(
     Returns:
         The `Blend`.
     """
-    labels = _checks.labels(labels, len(texts))
-    attention, score = branch_logits(model, texts)
+    _check_has_ngram_branch(model)
+    labels = _checks.labels(labels, len(texts), allow_empty=True)
     if min(np.sum(labels == 1), np.sum(labels == 0)) >= min_per_class:
+        attention, score = branch_logits(model, texts)
         a, b, c = _logistic_newton(np.stack([attention, score], 1), labels)
         mix = Blend(float(a), float(b), float(c))
     else:

@@ -188,6 +188,50 @@ def test_review_batches_keep_the_reviews_and_batch_the_epochs_crops():
     assert list(batches.epoch_texts) == first  # epoch e's crops depend on e only
 
 
+_BAD_CALLS = {
+    # One string was read as its characters: 9 probabilities for "good film".
+    "one-string": (
+        lambda m: imdb_model.predict(m, "good film"),
+        r"argument `texts`, expected a list of review strings \(for one review, "
+        r"a list of one\)\. Received: texts='good film'",
+    ),
+    "a-number-among-the-texts": (
+        lambda m: imdb_model.logits(m, ["good", 1]),
+        r"expected review strings\. Received: 1 \(of type int\) at index 1",
+    ),
+    "batch-size-zero": (
+        lambda m: imdb_model.predict(m, ["good"], batch_size=0),
+        r"argument `batch_size`, expected a positive integer\. Received: "
+        r"batch_size=0",
+    ),
+    # Broadcast by NumPy, these gave an accuracy of 0.0 and 1.0.
+    "fewer-labels-than-texts": (
+        lambda m: imdb_model.evaluate(m, ["good", "bad"], [1]),
+        r"argument `labels`, expected a non-empty 1-D array of 0/1 labels, 2 of "
+        r"them \(one per text\)\. Received: labels of shape \(1,\)",
+    ),
+    "a-label-of-two": (
+        lambda m: imdb_model.evaluate(m, ["good", "bad"], [2, 0]),
+        r"expected labels that are 0 or 1\. Received: the value 2 at index 0",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(_BAD_CALLS), ids=list(_BAD_CALLS))
+def test_predict_and_evaluate_refuse_what_they_would_misread(tiny_model, case):
+    call, message = _BAD_CALLS[case]
+    model = imdb_model.load(tiny_model)
+    with pytest.raises(ValueError, match=message):
+        call(model)
+
+
+def test_no_text_has_no_prediction(tiny_model):
+    model = imdb_model.load(tiny_model)
+    probabilities = imdb_model.predict(model, [])
+    assert probabilities.shape == (0,) and probabilities.dtype == np.float32
+    assert imdb_model.logits(model, []).shape == (0,)
+
+
 def test_the_verdict_is_above_the_threshold():
     assert imdb_model.label_of(0.5) == imdb_model.NEGATIVE
     assert imdb_model.label_of(0.5000001) == imdb_model.POSITIVE

@@ -245,6 +245,37 @@ def test_train_leaves_the_global_dtype_policy_as_it_found_it(tmp_path, capsys):
     assert lines[-1] == f"test accuracy: {result.accuracy:.4f}"
 
 
+@pytest.mark.parametrize("ngram_logit", [True, False], ids=["blend", "temperature"])
+def test_with_no_validation_reviews_the_log_says_what_was_not_fitted(
+    ngram_logit, tmp_path, capsys
+):
+    # Under 20 training reviews none is kept to validate. The n-gram branch
+    # was left unfitted then, with no word, in a model that has it.
+    data = write_acl(tmp_path / "acl", n_train=12, n_test=4)
+    config = TrainConfig(
+        data=str(data), out=tmp_path / "m.keras", ngram_logit=ngram_logit, **TINY
+    )
+    result = train(config)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert any("training on 12, validating on 0" in line for line in lines), lines
+    if ngram_logit:
+        assert any(line.startswith("n-grams: NB-LR on 12 texts") for line in lines)
+        blend = [line for line in lines if line.startswith("blend: ")]
+        assert len(blend) == 1 and re.fullmatch(
+            r"blend: 1\.000 x attention \+ 1\.000 x n-grams [+-]\d\.\d{3}, the "
+            r"plain sum: 0 validation texts, fewer than 10 reviews of a class, "
+            r"to fit it on",
+            blend[0],
+        ), lines
+        assert result.branch_accuracy.keys() == {"attention", "ngrams"}
+    else:
+        assert (
+            "calibration: none: 0 validation texts, fewer than 10 reviews of a "
+            "class or all on their side, to fit a temperature on"
+        ) in lines
+    assert lines[-1] == f"test accuracy: {result.accuracy:.4f}"
+
+
 def test_train_fits_a_temperature_on_the_validation_reviews(tmp_path, capsys):
     # Without the n-gram branch, a temperature is fitted on the validation
     # reviews and their crops. Every fifth review has the other class's
