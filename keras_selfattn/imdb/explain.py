@@ -580,6 +580,20 @@ def _wrap(
     return lines
 
 
+def _labelled(shares: np.ndarray, each_way: int = 3) -> list[int]:
+    """The positions whose bars `plot` labels: the `each_way` largest
+    positive shares and the `each_way` most negative, then, where one sign
+    has fewer, the next largest by magnitude, up to `2 * each_way` in all.
+    (Labelling the three lowest and three highest values labelled the bars
+    nearest zero when every share had the same sign.)"""
+    shares = np.asarray(shares, dtype="float64")
+    by_size = [int(i) for i in np.argsort(-np.abs(shares), kind="stable")]
+    chosen = [i for i in by_size if shares[i] > 0][:each_way]
+    chosen += [i for i in by_size if shares[i] < 0][:each_way]
+    chosen += [i for i in by_size if i not in chosen]
+    return chosen[: 2 * each_way]
+
+
 def plot(
     explanation: Explanation,
     path: str | Path,
@@ -761,9 +775,7 @@ def plot(
         loc="left",
         fontsize=9,
     )
-    order = np.argsort(shares, kind="stable")
-    labelled = list(order[:3]) + list(order[::-1][:3]) if len(order) else []
-    for position in dict.fromkeys(int(i) for i in labelled):
+    for position in _labelled(shares):
         bars.annotate(
             tokens[position],
             (position, shares[position]),

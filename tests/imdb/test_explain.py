@@ -63,6 +63,23 @@ def test_explain_marks_a_cut_start_or_end(tmp_path, head_len, kept, gap_after):
     assert explain.plot(result, tmp_path / "cut.png").exists()
 
 
+_LABELLED = {
+    # The three strongest each way.
+    "both-signs": ([0.5, -0.1, 0.2, -0.9, 0.05, -0.3, 0.4, 0.01], [0, 6, 2, 3, 5, 1]),
+    # All negative: the six most negative, not the three nearest zero.
+    "all-negative": ([-0.02, -0.5, -0.01, -0.3, -0.4, -0.2, -0.1], [1, 4, 3, 5, 6, 0]),
+    "one-positive": ([-0.2, 0.1, -0.3, -0.05, -0.4, -0.01, -0.6], [1, 6, 4, 2, 0, 3]),
+    "fewer-than-six": ([0.3, -0.2], [0, 1]),
+    "none": ([], []),
+}
+
+
+@pytest.mark.parametrize("case", list(_LABELLED), ids=list(_LABELLED))
+def test_plot_labels_the_largest_bars_of_each_sign(case):
+    shares, expected = _LABELLED[case]
+    assert explain._labelled(np.array(shares)) == expected
+
+
 def test_plot_leaves_the_matplotlib_backend_alone(tmp_path):
     original = matplotlib.get_backend()
     matplotlib.use("svg")  # anything but Agg, which the plot draws with
