@@ -14,7 +14,10 @@ In any other process than the command line (`keras-selfattn ...` or
    to 3 (none of TensorFlow's C++ log lines: the error-level ones are notices too,
    such as "oneDNN supports DT_BOOL only on platforms with AVX-512", which
    `explain` printed after its output on an Intel Xeon; a real failure
-   still raises, and the command prints it in one line);
+   still raises, and the command prints it in one line), and exits 2 with
+   one line where `KERAS_BACKEND` names another backend (the demo runs on
+   TensorFlow; a name that is no backend made Keras's import fail with a
+   traceback);
 3. imports Keras (and so TensorFlow) and finds the devices with file
    descriptor 2 sent to a temporary file: TensorFlow's C++ start-up lines
    (the oneDNN notice, the CUDA `I0000 ...` lines, `E0000 ... failed call to
@@ -73,6 +76,25 @@ def check_demo_installed() -> None:
         sys.exit(EXIT_USAGE)
 
 
+def wrong_backend(backend: str) -> str:
+    """The one line for a Keras backend other than TensorFlow."""
+    return (
+        "the IMDB demo runs on the TensorFlow backend; unset KERAS_BACKEND "
+        f"or set it to tensorflow (it is {backend!r})"
+    )
+
+
+def check_backend() -> None:
+    """Exits 2 with `wrong_backend`'s line if `KERAS_BACKEND` names another
+    backend than TensorFlow: before Keras is imported, which fails with a
+    traceback on a name that is no backend (`KERAS_BACKEND=nonsense`) and
+    would start JAX or PyTorch for nothing."""
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    if backend != "tensorflow":
+        print(f"{PROG}: {wrong_backend(backend)}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
 def set_environment() -> None:
     """TensorFlow as the backend, its caching CPU allocator and its C++ logs
     off, by default; with `KERAS_SELFATTN_DEBUG` set, TensorFlow's own log
@@ -122,6 +144,7 @@ def prepare() -> None:
         return
     check_demo_installed()
     set_environment()
+    check_backend()
     start_tensorflow()
 
 

@@ -129,6 +129,25 @@ def test_without_the_demo_one_line_names_the_install_and_exits_2(
     ]
 
 
+@pytest.mark.parametrize("backend", ["nonsense", "jax"])
+def test_another_backend_is_one_line_and_exit_2_before_keras_loads(
+    backend, subprocess_env
+):
+    # KERAS_BACKEND=nonsense made Keras's import end in a traceback (exit 1).
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_selfattn", "predict", str(MODEL), "good"],
+        capture_output=True,
+        text=True,
+        env={**subprocess_env, "KERAS_BACKEND": backend},
+        timeout=120,
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "keras-selfattn: the IMDB demo runs on the TensorFlow backend; unset "
+        f"KERAS_BACKEND or set it to tensorflow (it is '{backend}')"
+    ]
+
+
 @pytest.mark.parametrize(
     "orig_argv, argv0, expected",
     [
