@@ -410,11 +410,18 @@ def create_app(model: keras.Model) -> FastAPI:
         message = f"server error: {first_line(error, typed=True)}"
         return JSONResponse({"detail": message}, status_code=500)
 
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    # HEAD too (answered as GET, without the body): health checkers and
+    # `curl -I` ask with it, and FastAPI's `get` alone answers 405.
+    @app.api_route(
+        "/",
+        methods=["GET", "HEAD"],
+        response_class=HTMLResponse,
+        include_in_schema=False,
+    )
     async def index() -> str:
         return page
 
-    @app.get("/healthz")
+    @app.api_route("/healthz", methods=["GET", "HEAD"])
     async def healthz() -> dict:
         return {"status": "ok"}
 

@@ -51,6 +51,9 @@ def _expected(model, texts):
 
 def test_healthz_and_page(client):
     assert client.get("/healthz").json() == {"status": "ok"}
+    for path in ("/healthz", "/"):  # health checkers ask with HEAD (was 405)
+        head = client.head(path)
+        assert head.status_code == 200 and head.content == b"", path
     page = client.get("/")
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
