@@ -24,8 +24,10 @@ import dataclasses
 import functools
 import io
 import os
+import signal
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,10 +65,7 @@ def _setup_environment() -> None:
     import keras
 
     if keras.backend.backend() != "tensorflow":
-        raise CliError(
-            "the IMDB demo runs on the TensorFlow backend; unset KERAS_BACKEND "
-            f"or set it to tensorflow (it is {keras.backend.backend()!r})"
-        )
+        raise CliError(_launcher.wrong_backend(keras.backend.backend()))
 
 
 def _checked(name: str, check: Callable, convert: Callable = int) -> Callable:
@@ -418,6 +417,33 @@ COMMANDS = {"evaluate": _evaluate, "predict": _predict, "explain": _explain,
             "export": _export, "serve": _serve}  # fmt: skip
 
 
+class _Interrupts:
+    """Notes a Ctrl+C (SIGINT) while the command runs, then raises
+    `KeyboardInterrupt` as Python's own handler does. TensorFlow can turn
+    the interrupt into an error of its own when it lands in the training
+    data's generator (an `InvalidArgumentError` of a gradient, once in 20
+    tries): after a noted SIGINT, any error is the interruption. Only in
+    the main thread, and only where Python's handler is in place."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._previous = None
+
+    def _handler(self, signum, frame):
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> _Interrupts:
+        main = threading.current_thread() is threading.main_thread()
+        if main and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
 def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -> int:
     """Runs the command line.
 
@@ -432,39 +458,49 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence | None = None) -
         -1`); 1 for any other error.
     """
     command = next((a for a in (sys.argv[1:] if argv is None else argv)), None)
-    try:
-        _setup_environment()
-        from keras_selfattn.imdb.data import DataError
-        from keras_selfattn.imdb.distributed import DistributeError
-        from keras_selfattn.imdb.model import ModelFileError
-        from keras_selfattn.imdb.train import train
-
-        args = build_parser().parse_args(argv)
+    with _Interrupts() as interrupts:
         try:
-            if args.command == "train":
-                train(config_from_args(args), callbacks)
+            _setup_environment()
+            from keras_selfattn.imdb.data import DataError
+            from keras_selfattn.imdb.distributed import DistributeError
+            from keras_selfattn.imdb.model import ModelFileError
+            from keras_selfattn.imdb.train import train
+
+            args = build_parser().parse_args(argv)
+            try:
+                if args.command == "train":
+                    train(config_from_args(args), callbacks)
+                else:
+                    COMMANDS[args.command](args)
+            except (DataError, DistributeError, ModelFileError) as error:
+                raise CliError(str(error)) from None
+            return 0
+        except CliError as error:
+            message, code = f"error: {error}", EXIT_USAGE
+        except KeyboardInterrupt:
+            message, code = _interrupted(command)
+        except BrokenPipeError:
+            # Nothing reads the output any more: stop as a shell tool does,
+            # without a word (`run` also keeps Python from reporting it again
+            # when it flushes stdout at exit).
+            return EXIT_BROKEN_PIPE
+        except Exception as error:
+            if interrupts.seen:  # TensorFlow's word for the Ctrl+C
+                message, code = _interrupted(command)
+            elif os.environ.get("KERAS_SELFATTN_DEBUG"):
+                raise
             else:
-                COMMANDS[args.command](args)
-        except (DataError, DistributeError, ModelFileError) as error:
-            raise CliError(str(error)) from None
-        return 0
-    except CliError as error:
-        message, code = f"error: {error}", EXIT_USAGE
-    except KeyboardInterrupt:
-        message, code = "interrupted", EXIT_INTERRUPTED
-        if command == "train":
-            message += "; run the same command again to resume"
-    except BrokenPipeError:
-        # Nothing reads the output any more: stop as a shell tool does,
-        # without a word (`run` also keeps Python from reporting it again
-        # when it flushes stdout at exit).
-        return EXIT_BROKEN_PIPE
-    except Exception as error:
-        if os.environ.get("KERAS_SELFATTN_DEBUG"):
-            raise
-        message, code = f"error: {first_line(error, typed=True)}", 1
+                message, code = f"error: {first_line(error, typed=True)}", 1
     print(f"{PROG}: {message}", file=sys.stderr)
     return code
+
+
+def _interrupted(command: str | None) -> tuple[str, int]:
+    """The message and exit code of an interrupted command."""
+    message = "interrupted"
+    if command == "train":
+        message += "; run the same command again to resume"
+    return message, EXIT_INTERRUPTED
 
 
 def run() -> None:

@@ -146,6 +146,34 @@ def test_an_interrupted_command_says_how_to_resume_with_exit_code_130(
     assert capsys.readouterr().err == "keras-selfattn: interrupted\n"
 
 
+def test_a_ctrl_c_that_tensorflow_turns_into_its_own_error_is_an_interruption(
+    tmp_path, monkeypatch, capsys
+):
+    # Once in 20 tries a Ctrl+C during `train` came out as TensorFlow's
+    # `InvalidArgumentError` (exit code 1): the interrupt raised inside code
+    # that TensorFlow ran, which reported it as an error of its own.
+    import signal
+
+    from keras_selfattn.imdb import train
+
+    def interrupted_in_tensorflow(config, callbacks=None):
+        try:
+            signal.raise_signal(signal.SIGINT)  # Python's handler raises here
+        except KeyboardInterrupt:
+            raise RuntimeError("Graph execution error: BroadcastTo") from None
+
+    monkeypatch.setattr(train, "train", interrupted_in_tensorflow)
+    assert cli.main(["train", "--out", str(tmp_path / "m.keras")]) == 130
+    assert capsys.readouterr().err == (
+        "keras-selfattn: interrupted; run the same command again to resume\n"
+    )
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Without a Ctrl+C, the same error is an error.
+    monkeypatch.setattr(train, "train", lambda config, callbacks=None: 1 / 0)
+    assert cli.main(["train", "--out", str(tmp_path / "m.keras")]) == 1
+    assert capsys.readouterr().err.startswith("keras-selfattn: error: ZeroDivision")
+
+
 @pytest.mark.parametrize(
     "make_args, message",
     [
