@@ -72,6 +72,23 @@ def check_rate(argument: str, value: Any) -> None:
         raise invalid(argument, "a float in the range [0, 1)", value)
 
 
+def check_floating(argument: str, dtype: str) -> None:
+    """Checks that a tensor's (standardized) `dtype` is a floating-point one."""
+    if "float" not in dtype:
+        raise invalid(argument, "a floating-point tensor", f"<tensor of dtype {dtype}>")
+
+
+def check_same_batch(argument: str, shape, other: str, other_shape) -> None:
+    """Checks that two tensors' batch sizes agree, where both are known."""
+    batch, other_batch = shape[0], other_shape[0]
+    if _is_int(batch) and _is_int(other_batch) and batch != other_batch:
+        raise invalid(
+            argument,
+            f"the batch size of `{other}` ({other_batch})",
+            f"<tensor of shape {tuple(shape)}>",
+        )
+
+
 def check_rank(argument: str, shape, rank: int, layout: str) -> None:
     """Checks that a tensor's `shape` has `rank` dimensions."""
     if len(shape) != rank:

@@ -27,6 +27,7 @@ from keras_selfattn import _backend
 from keras_selfattn._validation import (
     MAX_POSITION,
     check_bool,
+    check_floating,
     check_int_in_range,
     check_one_of,
     check_paths,
@@ -108,11 +109,7 @@ def _sees_a_key(row_max):
 
 def _validate_shapes(query, key, value) -> None:
     for name, tensor in (("query", query), ("key", key), ("value", value)):
-        dtype = keras.backend.standardize_dtype(tensor.dtype)
-        if "float" not in dtype:
-            raise _invalid(
-                name, "a floating-point tensor", f"<tensor of dtype {dtype}>"
-            )
+        check_floating(name, keras.backend.standardize_dtype(tensor.dtype))
     q_shape, k_shape, v_shape = (tuple(t.shape) for t in (query, key, value))
     rank = len(q_shape)
     if rank not in (3, 4):

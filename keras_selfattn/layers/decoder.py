@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import keras
 
-from keras_selfattn._validation import check_rank, invalid
+from keras_selfattn._validation import check_rank, check_same_batch, invalid
 from keras_selfattn.layers._block import TransformerBlock
 from keras_selfattn.layers._common import (
     boolean_mask,
@@ -360,6 +360,13 @@ class TransformerDecoder(TransformerBlock):
             decoder_sequence.shape,
             encoder_sequence.shape if has_cross_attention else None,
         )
+        if has_cross_attention:
+            check_same_batch(
+                "encoder_sequence",
+                encoder_sequence.shape,
+                "decoder_sequence",
+                decoder_sequence.shape,
+            )
         padding = self._padding(decoder_sequence, decoder_padding_mask, "decoder")
         # Self-attention part. Without a cache the padding goes in as Keras
         # masks (a key mask; explicit, so Keras does not put the Keras mask in

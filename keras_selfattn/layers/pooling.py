@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_selfattn._validation import (
     check_bool,
+    check_floating,
     check_known_last_dim,
     check_non_negative_float,
     check_positive_float,
@@ -197,6 +198,7 @@ class AttentionPooling(keras.layers.Layer):
 
     def call(self, inputs, mask=None, training=None, return_attention_scores=False):
         check_rank("inputs", inputs.shape, 3, "(batch, seq, features)")
+        check_floating("inputs", keras.backend.standardize_dtype(inputs.dtype))
         check_built_features(self, "inputs", inputs.shape)
         if mask is not None:
             check_keras_mask("mask", mask, inputs)

@@ -34,6 +34,14 @@ def test_bad_inputs():
         TransformerDecoder(8, num_heads=2)(
             x, x, encoder_attention_mask=np.ones((4, 4), bool)
         )
+    # Was refused as the cross-attention's projected `key`, (3, 4, 2, 4).
+    with pytest.raises(
+        ValueError,
+        match=r"argument `encoder_sequence`, expected the batch size of "
+        r"`decoder_sequence` \(1\)\. Received: encoder_sequence='<tensor of "
+        r"shape \(3, 4, 8\)>'",
+    ):
+        TransformerDecoder(8, num_heads=2)(x, np.zeros((3, 4, 8), "float32"))
 
 
 @pytest.mark.parametrize(

@@ -136,6 +136,13 @@ def test_bad_inputs():
         AttentionPooling()(np.zeros((2, 8), "float32"))
     with pytest.raises(ValueError, match="`mask`"):
         AttentionPooling()(np.zeros((1, 4, 8), "float32"), mask=np.ones((1, 3), bool))
+    # Integer inputs were refused under the kernel's name for them, `value`.
+    with pytest.raises(
+        ValueError,
+        match=r"argument `inputs`, expected a floating-point tensor\. Received: "
+        r"inputs='<tensor of dtype int32>'",
+    ):
+        AttentionPooling(2)(np.ones((2, 4, 8), "int32"))
 
 
 def test_entropy_penalty_is_a_training_loss(rng):
