@@ -273,6 +273,21 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
         key_shape = value_shape if key_shape is None else key_shape
         _check_shapes(query_shape, value_shape, key_shape)
         _check_attention_axes_fit(self._attention_axes, len(query_shape))
+        # The axes attention does not run over are batch-like: the same size
+        # in `value` (and so `key`, checked above) as in `query`; else the
+        # flattened batches differ, and the kernel's refusal named shapes the
+        # caller never made.
+        axes = self._normalized_attention_axes(len(query_shape) + 1)
+        for axis in range(1, len(query_shape) - 1):
+            size, wanted = value_shape[axis], query_shape[axis]
+            if axis in axes or None in (size, wanted) or size == wanted:
+                continue
+            raise invalid(
+                "value",
+                f"the size of `query` ({wanted}) on axis {axis}, which attention "
+                f"does not run over (`attention_axes={self._attention_axes}`)",
+                f"<tensor of shape {tuple(value_shape)}>",
+            )
         self._check_built_features(query_shape, value_shape, key_shape)
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):

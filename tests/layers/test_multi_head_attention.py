@@ -440,6 +440,24 @@ def test_attention_axes_outside_the_input_are_named(shape, axes, expected):
         )
 
 
+def test_an_axis_attention_does_not_run_over_must_match_the_querys():
+    # Attention over axis 1 of 4-D inputs: axis 2 is batch-like. A value of
+    # another size there was refused as the kernel's `key` of the flattened
+    # batch, a shape the caller never made (Keras's layer fails in einsum).
+    query, value = np.zeros((2, 3, 4, 6), "float32"), np.zeros((2, 5, 2, 6), "float32")
+    message = (
+        r"argument `value`, expected the size of `query` \(4\) on axis 2, which "
+        r"attention does not run over \(`attention_axes=\(1,\)`\)\. Received: "
+        r"value='<tensor of shape \({}, 5, 2, 6\)>'"
+    )
+    with pytest.raises(ValueError, match=message.format(2)):
+        MultiHeadAttention(2, 3, attention_axes=(1,))(query, value)
+    with pytest.raises(ValueError, match=message.format(None)):  # symbolic too
+        MultiHeadAttention(2, 3, attention_axes=(1,))(
+            keras.Input(query.shape[1:]), keras.Input(value.shape[1:])
+        )
+
+
 @pytest.mark.backend_independent
 @pytest.mark.parametrize("name", _KERAS_SINCE)
 def test_an_argument_newer_than_this_keras_is_refused_naming_the_version(name):
