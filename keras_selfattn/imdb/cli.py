@@ -54,6 +54,19 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         raise CliError(f"{message} (see {self.prog} --help)")
 
+    def parse_args(self, args=None, namespace=None) -> argparse.Namespace:
+        """As argparse's, but arguments no parser knows point to the help of
+        the command they follow (`keras-selfattn predict --help`), where
+        argparse's top-level error pointed to `keras-selfattn --help`."""
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            command = getattr(parsed, "command", None)
+            where = f"{self.prog} {command}" if command else self.prog
+            raise CliError(
+                f"unrecognized arguments: {' '.join(unknown)} (see {where} --help)"
+            )
+        return parsed
+
 
 def _setup_environment() -> None:
     """The demo installed, TensorFlow its backend (`keras_selfattn._launcher`)."""
@@ -277,6 +290,8 @@ def _texts(given: Sequence[str], lines: bool) -> list[tuple[str, str]]:
             return [("stdin", text)]
         # Lines as reading stdin as text gives them (universal newlines).
         lines_read = [line.rstrip("\n") for line in io.StringIO(text, newline=None)]
+        if not lines_read:  # nothing at all: named as stdin's emptiness
+            return [("stdin", text)]
         return [(f"line {i} of stdin", t) for i, t in enumerate(lines_read, 1)]
     if len(given) == 1:
         return [("TEXT", given[0])]

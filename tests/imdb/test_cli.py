@@ -185,6 +185,9 @@ def test_a_ctrl_c_that_tensorflow_turns_into_its_own_error_is_an_interruption(
         (lambda d: ["train", "--data", "nowhere", "--out", str(d / "m.keras")],
          "unknown data source"),
         (lambda d: ["train", "--out", str(d / "m.h5")], "argument `out`"),
+        # Pointed to `keras-selfattn --help`, which lists no option of predict.
+        (lambda d: ["predict", str(d / "m.keras"), "hi", "--bogus"],
+         "unrecognized arguments: --bogus (see keras-selfattn predict --help)"),
         (lambda d: ["explain", str(d / "corrupt.keras"), "hi", "--out", "x.jpg"],
          "--out must end in .png"),
         # Outputs that cannot be written: said before any work.
@@ -219,9 +222,9 @@ def test_a_ctrl_c_that_tensorflow_turns_into_its_own_error_is_an_interruption(
     ],
     ids=[
         "missing", "corrupt", "evaluate_corrupt", "empty", "unknown_data",
-        "not_keras", "not_png", "no_folder", "out_is_folder", "plot_no_folder",
-        "plot_empty", "proc", "dash_with_texts", "only_symbols", "not_utf8_argument",
-        "not_demo_model", "zip_not_keras", "model_is_a_folder",
+        "not_keras", "unknown_option", "not_png", "no_folder", "out_is_folder",
+        "plot_no_folder", "plot_empty", "proc", "dash_with_texts", "only_symbols",
+        "not_utf8_argument", "not_demo_model", "zip_not_keras", "model_is_a_folder",
     ],
 )  # fmt: skip
 def test_user_errors_are_one_line_with_exit_code_2(
@@ -294,8 +297,9 @@ def test_predict_stops_quietly_when_the_reader_goes_away(trained, capsys, monkey
         (b"good film\n\nbad film\n", "empty text (line 2 of stdin)"),
         (b"good film\ngood \xff film\n", "stdin is not UTF-8 text (line 2)"),
         (b"good film\n#@~\n", "no words the model reads (line 2 of stdin: '#@~')"),
+        (b"", "empty text (stdin): give a non-empty review"),  # was unnamed
     ],
-    ids=["blank_line", "not_utf8", "only_symbols"],
+    ids=["blank_line", "not_utf8", "only_symbols", "nothing"],
 )
 def test_predict_names_the_bad_line_of_stdin(
     tmp_path, capsys, monkeypatch, stdin, message
