@@ -123,10 +123,44 @@ def model_and_expected():
     return model, ids, expected
 
 
+def _run_exported(export_format: str, path, feeds: dict) -> list:
+    """The outputs, as NumPy arrays in the model's order, of the file that
+    `model.export(path, format=export_format)` wrote, for `feeds` (the
+    model's inputs by name; a single input's name is the file's own, as the
+    exporters name an unnamed input differently)."""
+    path = str(path)
+    if export_format == "onnx":
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        names = [feed.name for feed in session.get_inputs()]
+        return session.run(None, _by_name(feeds, names))
+    if export_format == "litert":
+        from ai_edge_litert import interpreter
+
+        runner = interpreter.Interpreter(model_path=path).get_signature_runner()
+        got = runner(**_by_name(feeds, list(runner.get_input_details())))
+        # The signature names the outputs `output_0`, `output_1`, ...
+        return [got[f"output_{i}"] for i in range(len(got))]
+    import tensorflow as tf
+
+    values = list(feeds.values())
+    loaded = tf.saved_model.load(path)  # it owns the variables: kept until read
+    outputs = loaded.serve(values[0] if len(values) == 1 else values)
+    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    return [np.asarray(y) for y in outputs]
+
+
+def _by_name(feeds: dict, names: list) -> dict:
+    """`feeds` under the file's input `names` (one input: whatever its name)."""
+    if len(feeds) == 1 and len(names) == 1:
+        return {names[0]: next(iter(feeds.values()))}
+    return feeds
+
+
 @pytest.fixture(scope="module")
 def onnx_outputs(model_and_expected, tmp_path_factory):
     import onnx
-    import onnxruntime as ort
 
     if BACKEND == "jax":
         pytest.importorskip("jax2onnx", reason="jax2onnx needs Python 3.11+")
@@ -134,10 +168,7 @@ def onnx_outputs(model_and_expected, tmp_path_factory):
     model, ids, _ = model_and_expected
     path = tmp_path_factory.mktemp("onnx") / "model.onnx"
     model.export(str(path), format="onnx", verbose=False)
-    graph = onnx.load(str(path)).graph
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (feed,) = session.get_inputs()
-    return graph, session.run(None, {feed.name: ids})
+    return onnx.load(str(path)).graph, _run_exported("onnx", path, {"ids": ids})
 
 
 @exported_by("onnx")
@@ -196,15 +227,11 @@ def test_onnx_of_an_unknown_length_computes_every_length(tmp_path):
     expected = [keras.ops.convert_to_numpy(model(x)) for x in xs]  # called
     path = tmp_path / "model.onnx"
     model.export(str(path), format="onnx", verbose=False)
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (feed,) = session.get_inputs()
     names = [
         "mha", "mha_causal", "causal", "sliding_window", "causal_window", "chunked"
     ]  # fmt: skip
     for x, wants in zip(xs, expected, strict=True):
-        got = session.run(None, {feed.name: x})
+        got = _run_exported("onnx", path, {"x": x})
         assert len(got) == len(wants) == len(names)
         for name, output, want in zip(names, got, wants, strict=True):
             where = f"{name}, length {x.shape[1]}"
@@ -217,8 +244,6 @@ def test_litert_of_an_unknown_length_computes_every_length(tmp_path):
     # TensorFlow's LiteRT converter refused the kernel's squeeze of its
     # merged heads with an unknown length ("'tfl.squeeze' op attribute
     # 'squeeze_dims' failed to satisfy constraint"; a review, 2026-12-07).
-    from ai_edge_litert import interpreter
-
     inputs = keras.Input((None, WIDTH))
     outputs = [
         SelfAttention(WIDTH, num_heads=2)(inputs),
@@ -237,25 +262,18 @@ def test_litert_of_an_unknown_length_computes_every_length(tmp_path):
     path = tmp_path / "model.tflite"
     model.export(str(path), format="litert", verbose=False)
     for x, want in zip(xs, expected, strict=True):
-        runner = interpreter.Interpreter(model_path=str(path)).get_signature_runner()
-        (name,) = runner.get_input_details()
-        got = runner(**{name: x})
-        for i, w in enumerate(want):
-            assert_close(got[f"output_{i}"], w, atol=1e-5)
+        got = _run_exported("litert", path, {"x": x})
+        assert len(got) == len(want)
+        for output, w in zip(got, want, strict=True):
+            assert_close(output, w, atol=1e-5)
 
 
 @pytest.fixture(scope="module")
 def litert_outputs(model_and_expected, tmp_path_factory):
-    from ai_edge_litert import interpreter
-
     model, ids, _ = model_and_expected
     path = tmp_path_factory.mktemp("litert") / "model.tflite"
     model.export(str(path), format="litert", verbose=False)
-    runner = interpreter.Interpreter(model_path=str(path)).get_signature_runner()
-    (name,) = runner.get_input_details()
-    outputs = runner(**{name: ids})
-    # The signature names the outputs `output_0`, `output_1`, ...
-    return [outputs[f"output_{i}"] for i in range(len(outputs))]
+    return _run_exported("litert", path, {"ids": ids})
 
 
 @exported_by("litert")
@@ -271,13 +289,10 @@ def test_litert_in_the_litert_interpreter_matches_keras(
 
 @pytest.fixture(scope="module")
 def saved_model_outputs(model_and_expected, tmp_path_factory):
-    import tensorflow as tf
-
     model, ids, _ = model_and_expected
     path = tmp_path_factory.mktemp("saved_model") / "model"
     model.export(str(path), format="tf_saved_model", verbose=False)
-    loaded = tf.saved_model.load(str(path))  # kept: it owns the variables
-    return loaded.serve(tf.constant(ids))
+    return _run_exported("tf_saved_model", path, {"ids": ids})
 
 
 @exported_by("tf_saved_model")
@@ -320,25 +335,6 @@ def _decoding_step() -> keras.Model:
             )
         )
     return keras.Model([x, cache, step], outputs)
-
-
-def _run_exported(export_format: str, path: str, feeds: dict) -> list:
-    """The exported file's outputs for `feeds` (by the model's input names)."""
-    if export_format == "onnx":
-        import onnxruntime as ort
-
-        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-        return session.run(None, feeds)
-    if export_format == "litert":
-        from ai_edge_litert import interpreter
-
-        runner = interpreter.Interpreter(model_path=path).get_signature_runner()
-        got = runner(**feeds)
-        return [got[f"output_{i}"] for i in range(len(got))]
-    import tensorflow as tf
-
-    loaded = tf.saved_model.load(path)  # it owns the variables: kept until read
-    return [np.asarray(y) for y in loaded.serve(list(feeds.values()))]
 
 
 @pytest.mark.parametrize(
