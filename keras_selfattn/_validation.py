@@ -81,10 +81,10 @@ def check_floating(argument: str, dtype: str) -> None:
 def check_same_batch(argument: str, shape, other: str, other_shape) -> None:
     """Checks that two tensors' batch sizes agree, where both are known."""
     batch, other_batch = shape[0], other_shape[0]
-    if _is_int(batch) and _is_int(other_batch) and batch != other_batch:
+    if batch is not None and other_batch is not None and batch != other_batch:
         raise invalid(
             argument,
-            f"the batch size of `{other}` ({other_batch})",
+            f"the same batch size as `{other}` ({other_batch})",
             f"<tensor of shape {tuple(shape)}>",
         )
 

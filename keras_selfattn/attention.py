@@ -34,6 +34,7 @@ from keras_selfattn._validation import (
     check_positive_float,
     check_positive_int,
     check_rate,
+    check_same_batch,
     check_seed,
     check_sliding_window,
 )
@@ -166,12 +167,7 @@ def _validate_shapes(query, key, value) -> None:
                 f"<tensor of shape {v_shape}>",
             )
     for name, shape in (("key", k_shape), ("value", v_shape)):
-        if _clash(q_shape[0], shape[0]):
-            raise _invalid(
-                name,
-                f"the same batch size as `query` ({q_shape[0]})",
-                f"<tensor of shape {shape}>",
-            )
+        check_same_batch(name, shape, "query", q_shape)
 
 
 def _broadcasts(shape: tuple, target: tuple) -> bool:

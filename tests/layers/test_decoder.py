@@ -37,7 +37,7 @@ def test_bad_inputs():
     # Was refused as the cross-attention's projected `key`, (3, 4, 2, 4).
     with pytest.raises(
         ValueError,
-        match=r"argument `encoder_sequence`, expected the batch size of "
+        match=r"argument `encoder_sequence`, expected the same batch size as "
         r"`decoder_sequence` \(1\)\. Received: encoder_sequence='<tensor of "
         r"shape \(3, 4, 8\)>'",
     ):
