@@ -29,6 +29,8 @@ functions:
   (in a TensorFlow graph a scatter, which ONNX and LiteRT export, where
   `keras.ops.slice_update`'s `XlaDynamicUpdateSlice` has no ONNX operator;
   on PyTorch an index tensor as int64, for `torch.onnx`'s `ScatterND`).
+- `layer_norm`: a `keras.layers.LayerNormalization`'s output (on PyTorch
+  with the normalized shape as Python integers, which `torch.onnx` exports).
 
 Nothing else in the package looks at `keras.backend.backend()` to compute
 attention.
@@ -284,6 +286,41 @@ def update_cache(cache, update, index):
         index = ops.cast(index, "int64")
     start = [0, index] + [0] * (len(cache.shape) - 2)
     return ops.slice_update(cache, start, update)
+
+
+def layer_norm(norm: keras.layers.LayerNormalization, inputs):
+    """`norm(inputs)`: the output of a built `keras.layers.LayerNormalization`.
+
+    It is the layer's own `call`, but on PyTorch over the last axis (the
+    Transformer blocks' normalization), where Keras hands `F.layer_norm` a
+    normalized shape read from `inputs.shape`: `torch.onnx` traces those
+    sizes as tensors and refuses them ("Failed to export a node ...
+    onnx::Gather ... because it is not constant"), so no model holding a
+    `LayerNormalization` exported to ONNX from PyTorch. Here the shape is
+    the weights' own, Python integers; the math is Keras's (in at least
+    float32, cast back to the layer's compute dtype).
+    """
+    axis = norm.axis if isinstance(norm.axis, (list, tuple)) else [norm.axis]
+    last = list(axis) in ([-1], [len(inputs.shape) - 1])
+    weights = norm.gamma if norm.gamma is not None else norm.beta
+    rms_scaling = getattr(norm, "rms_scaling", False)
+    if keras.backend.backend() != "torch" or not last or weights is None or rms_scaling:
+        return keras.layers.LayerNormalization.call(norm, inputs)
+    import torch.nn.functional as F
+
+    dtype = keras.backend.result_type(inputs.dtype, "float32")
+
+    def as_tensor(weight):
+        return None if weight is None else ops.convert_to_tensor(weight, dtype)
+
+    outputs = F.layer_norm(
+        ops.convert_to_tensor(inputs, dtype),
+        tuple(int(size) for size in weights.shape),
+        as_tensor(norm.gamma),
+        as_tensor(norm.beta),
+        norm.epsilon,
+    )
+    return ops.cast(outputs, norm.compute_dtype)
 
 
 def values_known(x) -> bool:

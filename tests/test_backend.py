@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from keras_selfattn import _backend, scaled_dot_product_attention
+from keras_selfattn.layers._block import ExportableLayerNormalization
 from tests.helpers import BACKEND, assert_close, to_numpy
 
 
@@ -107,6 +108,44 @@ def test_update_cache_in_a_tensorflow_graph_scatters_for_the_exporters():
     want = cache.copy()
     want[:, 1:3] = update
     np.testing.assert_array_equal(graph(cache, update, tf.constant(1)).numpy(), want)
+
+
+_NORMS = {
+    # (layer arguments, input shape)
+    "float32": ({}, (2, 3, 4)),
+    "mixed-float16": ({"dtype": "mixed_float16"}, (2, 3, 4)),
+    "scale-only": ({"center": False}, (2, 3, 4)),
+    "center-only": ({"scale": False}, (2, 3, 4)),
+    "rank-2": ({"epsilon": 1e-3}, (5, 6)),
+}
+
+
+@pytest.mark.parametrize("case", list(_NORMS), ids=list(_NORMS))
+def test_layer_norm_is_keras_layer_normalization(case):
+    kwargs, shape = _NORMS[case]
+    rng = np.random.default_rng(2)
+    x = (3 * rng.normal(size=shape) + 1).astype("float32")
+    norm = ExportableLayerNormalization(**kwargs)
+    norm.build(shape)
+    axis = -1  # the blocks' (Keras's PyTorch path fails on another axis)
+    size = shape[axis]
+    gamma = rng.normal(size=size).astype("float32")
+    beta = rng.normal(size=size).astype("float32")
+    norm.set_weights(
+        [w for w, kept in ((gamma, norm.gamma), (beta, norm.beta)) if kept is not None]
+    )
+    mean = x.mean(axis=axis, keepdims=True)
+    var = x.var(axis=axis, keepdims=True)
+    along = [1] * len(shape)
+    along[axis] = size
+    want = (x - mean) / np.sqrt(var + kwargs.get("epsilon", 1e-3))
+    if norm.gamma is not None:
+        want = want * gamma.reshape(along)
+    if norm.beta is not None:
+        want = want + beta.reshape(along)
+    got = norm(x)
+    assert keras.backend.standardize_dtype(got.dtype) == norm.compute_dtype
+    assert_close(to_numpy(got), want, atol=1e-2 if "16" in case else 1e-5)
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason="PyTorch's autograd and tracer")

@@ -32,6 +32,7 @@ from keras_selfattn import (
     MultiHeadAttention,
     SelfAttention,
     TransformerDecoder,
+    TransformerEncoder,
 )
 from keras_selfattn.layers.grouped_query_attention import (
     KERAS_NEEDED as GQA_KERAS_NEEDED,
@@ -209,7 +210,9 @@ def test_onnx_of_an_unknown_length_computes_every_length(tmp_path):
     # takes `lax.iota` there since 2026-12-07). A `chunk_size` layer traced
     # at length 1 on PyTorch held one block of one key, and onnxruntime
     # refused every other length ("MatMul ... cannot broadcast on dim 0");
-    # `plan_attention` takes the plain path there since 2026-12-07.
+    # `plan_attention` takes the plain path there since 2026-12-07. The
+    # blocks did not export from PyTorch at all until 2026-12-07 (Keras's
+    # `LayerNormalization`: "onnx::Gather ... is not constant").
     inputs = keras.Input((None, WIDTH))
     mha = MultiHeadAttention(2, 4, flash_attention=False)
     causal_mha = MultiHeadAttention(2, 4, flash_attention=False)
@@ -220,6 +223,8 @@ def test_onnx_of_an_unknown_length_computes_every_length(tmp_path):
         SelfAttention(WIDTH, num_heads=2, sliding_window=3)(inputs),
         SelfAttention(WIDTH, num_heads=2, causal=True, sliding_window=3)(inputs),
         SelfAttention(WIDTH, num_heads=2, causal=True, chunk_size=4)(inputs),
+        TransformerEncoder(16, 2)(inputs),
+        TransformerDecoder(16, 2, normalize_first=True)(inputs, inputs),
     ]
     model = keras.Model(inputs, outputs)
     rng = np.random.default_rng(0)
@@ -228,7 +233,8 @@ def test_onnx_of_an_unknown_length_computes_every_length(tmp_path):
     path = tmp_path / "model.onnx"
     model.export(str(path), format="onnx", verbose=False)
     names = [
-        "mha", "mha_causal", "causal", "sliding_window", "causal_window", "chunked"
+        "mha", "mha_causal", "causal", "sliding_window", "causal_window", "chunked",
+        "encoder", "decoder",
     ]  # fmt: skip
     for x, wants in zip(xs, expected, strict=True):
         got = _run_exported("onnx", path, {"x": x})
@@ -316,9 +322,7 @@ class _StepIndex(keras.layers.Layer):
 def _decoding_step() -> keras.Model:
     """One decoding step: a token's vector, a cache of `CACHE_LEN` positions
     and the index to write it at; out come a `CachedMultiHeadAttention`'s
-    output and updated cache, and a `TransformerDecoder`'s output (not on
-    PyTorch, whose `torch.onnx` fails in Keras's `LayerNormalization`:
-    docs/export.md)."""
+    output and updated cache, and a `TransformerDecoder`'s output."""
     x = keras.Input((1, WIDTH), name="x")
     cache = keras.Input((2, CACHE_LEN, 2, WIDTH // 2), name="cache")
     step = keras.Input((1,), dtype="int32", name="step")
@@ -327,13 +331,10 @@ def _decoding_step() -> keras.Model:
     outputs = list(
         attention(x, x, cache=cache, cache_update_index=index, use_causal_mask=True)
     )
-    if BACKEND != "torch":
-        decoder = TransformerDecoder(16, 2)
-        outputs.append(
-            decoder(
-                x, self_attention_cache=cache, self_attention_cache_update_index=index
-            )
-        )
+    decoder = TransformerDecoder(16, 2)
+    outputs.append(
+        decoder(x, self_attention_cache=cache, self_attention_cache_update_index=index)
+    )
     return keras.Model([x, cache, step], outputs)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import keras
 
+from keras_selfattn import _backend
 from keras_selfattn._validation import (
     MAX_SEED,
     check_known_last_dim,
@@ -27,6 +28,19 @@ from keras_selfattn.layers._common import (
     take_own_policies,
     weight_options_config,
 )
+
+
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+class ExportableLayerNormalization(keras.layers.LayerNormalization):
+    """`keras.layers.LayerNormalization` that exports to ONNX from PyTorch.
+
+    The same layer, weights and math (`_backend.layer_norm`); Keras's own
+    hands PyTorch a normalized shape that `torch.onnx` cannot export. Not
+    public: the blocks' normalization.
+    """
+
+    def call(self, inputs):
+        return _backend.layer_norm(self, inputs)
 
 
 class TransformerBlock(keras.layers.Layer):
@@ -118,7 +132,7 @@ class TransformerBlock(keras.layers.Layer):
         return self.dropout if rate is None else rate
 
     def _layer_norm(self, part: str) -> keras.layers.LayerNormalization:
-        return keras.layers.LayerNormalization(
+        return ExportableLayerNormalization(
             epsilon=self.layer_norm_epsilon,
             dtype=self.dtype_policy,
             name=f"{part}_layer_norm",
