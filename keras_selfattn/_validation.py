@@ -10,6 +10,7 @@ import math
 import numbers
 from typing import Any
 
+import keras
 import numpy as np
 
 
@@ -72,8 +73,9 @@ def check_rate(argument: str, value: Any) -> None:
         raise invalid(argument, "a float in the range [0, 1)", value)
 
 
-def check_floating(argument: str, dtype: str) -> None:
-    """Checks that a tensor's (standardized) `dtype` is a floating-point one."""
+def check_floating(argument: str, tensor) -> None:
+    """Checks that `tensor` (or a `KerasTensor`) is a floating-point one."""
+    dtype = keras.backend.standardize_dtype(tensor.dtype)
     if "float" not in dtype:
         raise invalid(argument, "a floating-point tensor", f"<tensor of dtype {dtype}>")
 

@@ -110,7 +110,7 @@ def _sees_a_key(row_max):
 
 def _validate_shapes(query, key, value) -> None:
     for name, tensor in (("query", query), ("key", key), ("value", value)):
-        check_floating(name, keras.backend.standardize_dtype(tensor.dtype))
+        check_floating(name, tensor)
     q_shape, k_shape, v_shape = (tuple(t.shape) for t in (query, key, value))
     rank = len(q_shape)
     if rank not in (3, 4):

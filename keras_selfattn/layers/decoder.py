@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import keras
 
-from keras_selfattn._validation import check_rank, check_same_batch, invalid
+from keras_selfattn._validation import (
+    check_floating,
+    check_rank,
+    check_same_batch,
+    invalid,
+)
 from keras_selfattn.layers._block import TransformerBlock
 from keras_selfattn.layers._common import (
     boolean_mask,
@@ -356,6 +361,9 @@ class TransformerDecoder(TransformerBlock):
                 f"cross_attention_cache={cross_attention_cache}."
             )
         check_rank("decoder_sequence", decoder_sequence.shape, 3, "(batch, T, dim)")
+        check_floating("decoder_sequence", decoder_sequence)
+        if has_cross_attention:
+            check_floating("encoder_sequence", encoder_sequence)
         self._check_built_features(
             decoder_sequence.shape,
             encoder_sequence.shape if has_cross_attention else None,

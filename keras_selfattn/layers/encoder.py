@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import keras
 
-from keras_selfattn._validation import check_one_of, check_rank
+from keras_selfattn._validation import check_floating, check_one_of, check_rank
 from keras_selfattn.layers._block import TransformerBlock
 from keras_selfattn.layers._common import (
     boolean_mask,
@@ -234,6 +234,7 @@ class TransformerEncoder(TransformerBlock):
 
     def _check_call(self, inputs, padding_mask, attention_mask, mask) -> None:
         check_rank("inputs", inputs.shape, 3, "(batch, seq, hidden_dim)")
+        check_floating("inputs", inputs)
         check_built_features(self, "inputs", inputs.shape)
         for name, given in (("padding_mask", padding_mask), ("mask", mask)):
             if given is not None:

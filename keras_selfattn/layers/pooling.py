@@ -198,7 +198,7 @@ class AttentionPooling(keras.layers.Layer):
 
     def call(self, inputs, mask=None, training=None, return_attention_scores=False):
         check_rank("inputs", inputs.shape, 3, "(batch, seq, features)")
-        check_floating("inputs", keras.backend.standardize_dtype(inputs.dtype))
+        check_floating("inputs", inputs)
         check_built_features(self, "inputs", inputs.shape)
         if mask is not None:
             check_keras_mask("mask", mask, inputs)

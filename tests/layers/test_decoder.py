@@ -42,6 +42,20 @@ def test_bad_inputs():
         r"shape \(3, 4, 8\)>'",
     ):
         TransformerDecoder(8, num_heads=2)(x, np.zeros((3, 4, 8), "float32"))
+    # Token ids where vectors belong crashed in the backend (as keras-hub's
+    # layer does): TensorFlow's InvalidArgumentError, PyTorch's RuntimeError.
+    ids = np.ones((1, 4, 8), "int32")
+    for argument, call in (
+        ("decoder_sequence", (ids,)),
+        ("decoder_sequence", (ids, x)),
+        ("encoder_sequence", (x, ids)),
+    ):
+        with pytest.raises(
+            ValueError,
+            match=rf"argument `{argument}`, expected a floating-point tensor\. "
+            rf"Received: {argument}='<tensor of dtype int32>'",
+        ):
+            TransformerDecoder(8, num_heads=2)(*call)
 
 
 @pytest.mark.parametrize(

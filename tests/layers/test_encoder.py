@@ -151,6 +151,14 @@ def test_bad_inputs():
         TransformerEncoder(16, num_heads=2)(
             np.zeros((1, 4, 8), "float32"), attention_mask=np.ones((4, 4), bool)
         )
+    # Token ids where vectors belong crashed in the backend (as keras-hub's
+    # layer does): TensorFlow's InvalidArgumentError, PyTorch's RuntimeError.
+    with pytest.raises(
+        ValueError,
+        match=r"argument `inputs`, expected a floating-point tensor\. Received: "
+        r"inputs='<tensor of dtype int32>'",
+    ):
+        TransformerEncoder(16, num_heads=2)(np.ones((2, 4, 8), "int32"))
 
 
 def test_padding_mask_wins_over_the_keras_mask_and_attention_mask_joins_it(rng):
