@@ -192,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = commands.add_parser("evaluate", help="accuracy on the test split")
     evaluate.add_argument("model")
-    evaluate.add_argument("--data", default="bundled", help=data_help)
+    evaluate.add_argument("--data", default="bundled", help=f"{data_help} "
+                          "(of a folder only test/ is read)")  # fmt: skip
     batch = _checked("batch_size", positive)
     evaluate.add_argument("--batch-size", type=batch, default=128,
                           help="reviews per prediction step (default 128)")  # fmt: skip
@@ -355,7 +356,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     if args.calibration_plot is not None:  # "" is refused
         _png_out("--calibration-plot", args.calibration_plot)
     model = _load(args.model)
-    dataset = data.load(args.data)
+    dataset = data.load(args.data, train=False)  # a folder needs only test/
     result = calibration.evaluate(
         model, dataset.test_texts, dataset.test_labels, args.batch_size
     )

@@ -439,18 +439,25 @@ def _interleaved(texts: list[str], labels) -> tuple[list[str], np.ndarray]:
     return [texts[i] for i in order], labels[order]
 
 
-def load_folder(path: str | os.PathLike) -> ImdbData:
+def load_folder(path: str | os.PathLike, train: bool = True) -> ImdbData:
     """Reviews in the aclImdb layout, as in the official archive.
 
     Args:
         path: Folder holding `train/pos`, `train/neg`, `test/pos` and
             `test/neg`, one review per `.txt` file.
+        train: Whether to read the training split. With `False` only
+            `test/pos` and `test/neg` need to exist, and the training split
+            is empty (`keras-selfattn evaluate` reads the test split alone).
+            Defaults to `True`.
 
     Returns:
         An `ImdbData` with the folder's own train / test split.
     """
     root = Path(path)
-    train_texts, train_labels = _read_folder_split(root, "train")
+    if train:
+        train_texts, train_labels = _read_folder_split(root, "train")
+    else:
+        train_texts, train_labels = [], np.zeros((0,), "int32")
     test_texts, test_labels = _read_folder_split(root, "test")
     return ImdbData(
         train_texts, train_labels, test_texts, test_labels, f"aclImdb folder {root}"
@@ -532,12 +539,15 @@ def load_keras() -> ImdbData:
         raise DataError(f"cannot read keras.datasets.imdb files: {reason}") from None
 
 
-def load(source: str = "bundled") -> ImdbData:
+def load(source: str = "bundled", train: bool = True) -> ImdbData:
     """Loads the reviews from `source`.
 
     Args:
         source: `"bundled"` (the default), `"keras"`, or the path of an
             aclImdb-layout folder.
+        train: Whether a folder's training split is read (`load_folder`;
+            the bundled and keras.datasets reviews come with both splits
+            whatever it says). Defaults to `True`.
 
     Returns:
         An `ImdbData`.
@@ -560,7 +570,7 @@ def load(source: str = "bundled") -> ImdbData:
     if source == "keras":
         return load_keras()
     if os.path.isdir(source):
-        return load_folder(source)
+        return load_folder(source, train=train)
     raise DataError(
         f"unknown data source {source!r}: use 'bundled', 'keras' or an aclImdb folder"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -116,6 +117,9 @@ def test_tensorboard_gets_the_epoch_scalars(smoke):
 
 def test_evaluate_draws_the_reliability_diagram(trained, tmp_path, capsys):
     folder = write_acl(tmp_path / "acl", n_train=8, n_test=40)
+    # It reads the test split alone: a folder without train/ will do (it
+    # was "... is not an aclImdb folder: .../train/neg is missing").
+    shutil.rmtree(folder / "train")
     png = tmp_path / "reliability.png"
     args = ["evaluate", str(trained), "--data", str(folder)]
     assert cli.main([*args, "--calibration-plot", str(png)]) == 0

@@ -85,6 +85,18 @@ def test_folder_loader_missing_part(tmp_path):
         data.load_folder(tmp_path)
 
 
+def test_folder_loader_reads_the_test_split_alone_without_train(tmp_path):
+    # `keras-selfattn evaluate --data DIR` reads the test split only, but
+    # the folder had to hold train/neg and train/pos as well.
+    write_reviews(tmp_path, "test", {"pos": ["Nice"], "neg": ["Bad"]})
+    with pytest.raises(data.DataError, match=r"train/neg is missing"):
+        data.load(str(tmp_path))
+    loaded = data.load(str(tmp_path), train=False)
+    assert loaded.train_texts == [] and loaded.train_labels.shape == (0,)
+    test = zip(loaded.test_texts, loaded.test_labels.tolist(), strict=True)
+    assert sorted(test) == [("Bad", 0), ("Nice", 1)]
+
+
 def test_folder_loader_refuses_one_class_and_unreadable_reviews(tmp_path):
     # One class trained a model that always says it (exit 0, accuracy 0.5);
     # an unreadable entry was a raw IsADirectoryError (exit 1).
