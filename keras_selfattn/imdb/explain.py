@@ -141,7 +141,8 @@ class Explanation:
             top: How many most-attended tokens to list. Defaults to `10`.
 
         Returns:
-            Lines of text, for printing.
+            Lines of text, for printing (a side no token pushes towards
+            reads `(none)`).
         """
         lines = []
         if self.attributions is not None:
@@ -149,7 +150,7 @@ class Explanation:
                 found = self.top_attributions(5, positive=positive)
                 listed = ", ".join(f"{token} ({a:+.3f})" for _, token, a in found)
                 side = "positive" if positive else "negative"
-                lines.append(f"attributions towards {side}: {listed or '-'}")
+                lines.append(f"attributions towards {side}: {listed or '(none)'}")
         lines.append(f"most-attended tokens, pooling weights (of {len(self.tokens)}):")
         for position, token, weight in self.top(top):
             lines.append(f"  {weight:.4f}  {token}  (token {position})")
@@ -157,7 +158,7 @@ class Explanation:
             shares = self.top_contributions(5, positive=positive)
             listed = ", ".join(f"{token} ({share:+.3f})" for _, token, share in shares)
             side = "positive" if positive else "negative"
-            lines.append(f"pooling shares towards {side}: {listed or '-'}")
+            lines.append(f"pooling shares towards {side}: {listed or '(none)'}")
         return "\n".join(lines)
 
 
@@ -621,7 +622,9 @@ def plot(
     classifier's logit
     (green: towards positive, purple: towards negative), the largest ones
     labelled. With `heads=True`, the last encoder block's per-head
-    token-by-token maps follow. A 200-word review takes about 12 lines.
+    token-by-token maps follow, on one colour scale (0 to the largest
+    weight of any head, with a colour bar). A 200-word review takes about
+    12 lines.
 
     Args:
         explanation: From `explain`.
@@ -786,12 +789,18 @@ def plot(
         )
 
     if n_heads:
+        # One colour scale for every head (each map scaled to its own
+        # largest weight made a colour mean a different weight per head).
+        largest_weight = max(float(np.max(explanation.head_maps)), 1e-12)
         sub = grid[2].subgridspec(1, n_heads, wspace=0.25)
+        head_axes = []
         for h in range(n_heads):
             axh = fig.add_subplot(sub[0, h])
-            axh.imshow(
+            image = axh.imshow(
                 explanation.head_maps[h],
                 cmap=matplotlib.colormaps["viridis"],
+                vmin=0.0,
+                vmax=largest_weight,
                 aspect="auto",
             )
             axh.set_title(f"encoder head {h + 1}", fontsize=9)
@@ -799,6 +808,10 @@ def plot(
             if h == 0:
                 axh.set_ylabel("query token", fontsize=8)
             axh.tick_params(labelsize=7)
+            head_axes.append(axh)
+        colour_bar = fig.colorbar(image, ax=head_axes, fraction=0.02, pad=0.01)
+        colour_bar.set_label("attention weight", fontsize=8)
+        colour_bar.ax.tick_params(labelsize=7)
     path = Path(path)
     fig.savefig(path, dpi=dpi, bbox_inches="tight", pad_inches=0.15)
     return path

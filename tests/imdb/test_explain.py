@@ -80,6 +80,29 @@ def test_plot_labels_the_largest_bars_of_each_sign(case):
     assert explain._labelled(np.array(shares)) == expected
 
 
+def test_plot_draws_the_head_maps_on_one_colour_scale(tmp_path, monkeypatch):
+    # Each map was scaled to its own largest weight, so one colour meant a
+    # different weight in each head.
+    from matplotlib.figure import Figure
+
+    drawn = []
+    save = Figure.savefig
+    monkeypatch.setattr(
+        Figure, "savefig", lambda fig, *a, **k: (drawn.append(fig), save(fig, *a, **k))
+    )
+    result = _explanation(n=4, heads=3)
+    result.head_maps = np.stack(
+        [np.full((4, 4), 0.25), np.eye(4), np.full((4, 4), 0.1)]
+    ).astype("float32")
+    explain.plot(result, tmp_path / "heads.png", heads=True)
+    (fig,) = drawn
+    maps = [ax.images[0] for ax in fig.axes if ax.images]
+    assert len(maps) == 3
+    assert [image.get_clim() for image in maps] == [(0.0, 1.0)] * 3
+    bars = [ax for ax in fig.axes if ax.get_ylabel() == "attention weight"]
+    assert len(bars) == 1
+
+
 def test_plot_leaves_the_matplotlib_backend_alone(tmp_path):
     original = matplotlib.get_backend()
     matplotlib.use("svg")  # anything but Agg, which the plot draws with
@@ -104,6 +127,10 @@ def test_summary_lists_the_top_tokens_and_both_sides():
     lines = with_attributions.summary(top=2).splitlines()
     assert lines[0] == "attributions towards positive: w0 (+0.500), w3 (+0.100)"
     assert lines[1] == "attributions towards negative: w1 (-2.000)"
+    # No token on a side reads "(none)"; it read "-", which is a token too.
+    with_attributions.attributions = np.array([0.5, 0.0, 0.0, 0.1, 0.0, 0.0])
+    lines = with_attributions.summary(top=2).splitlines()
+    assert lines[1] == "attributions towards negative: (none)"
 
 
 def test_colours_are_anchored_at_uniform_attention():
