@@ -15,7 +15,9 @@ A text with no word the model reads (empty, blank, or only symbols that the
 standardization drops, such as `"@@@"`) gets `readable` False and the label
 `""`: its probability is the same constant for every such text, not a
 verdict, which is why the commands and the server refuse such texts
-(`model.readable`).
+(`model.readable`). Bytes that are not UTF-8 get `readable` False and the
+label `""` as well; their probability is whatever the model makes of the
+bytes, not a verdict either (read `readable` before `probability`).
 
 The directory loads with `tf.saved_model.load` or
 `keras.layers.TFSMLayer(directory, call_endpoint="serving_default")` in a

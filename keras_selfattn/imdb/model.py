@@ -735,6 +735,11 @@ def load(path: str | Path) -> keras.Model:
         raise ModelFileError(
             f"cannot load model {path}: not a .keras file (a zip archive)"
         )
+    if not str(path).endswith(".keras"):  # Keras goes by the name (h5py, ...)
+        raise ModelFileError(
+            f"cannot load model {path}: a .keras archive under another name; "
+            "Keras reads it only as a .keras file (rename it)"
+        )
     try:
         model = keras.models.load_model(path)
     except Exception as error:  # corrupt, truncated or not a Keras model

@@ -3,6 +3,8 @@ the attention switch, evaluation, and loading a saved model."""
 
 from __future__ import annotations
 
+import shutil
+
 import keras
 import numpy as np
 import pytest
@@ -262,3 +264,17 @@ def test_load_names_a_missing_or_corrupt_file(tmp_path, case):
         assert message == (
             f"cannot load model {path}: not a .keras file (a zip archive)"
         )
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".zip"], ids=["h5", "zip"])
+def test_load_names_a_keras_archive_under_another_name(tiny_model, tmp_path, suffix):
+    # Keras goes by the name: as .h5 h5py said "file signature not found",
+    # as .zip Keras listed the formats it supports.
+    path = tmp_path / f"model{suffix}"
+    shutil.copy(tiny_model, path)
+    with pytest.raises(imdb_model.ModelFileError) as error:
+        imdb_model.load(path)
+    assert str(error.value) == (
+        f"cannot load model {path}: a .keras archive under another name; "
+        "Keras reads it only as a .keras file (rename it)"
+    )
