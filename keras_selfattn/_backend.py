@@ -24,7 +24,8 @@ functions:
 - `free_memory`: the free memory of the device the backend computes on (the
   default memory budget of the choice of path follows it).
 - `positions`: the int32 positions 0, 1, ... of a sequence of any length
-  (JAX's ONNX export needs `lax.iota` for an unknown one).
+  (JAX's ONNX export needs `lax.iota` for an unknown one); `leading_rows`:
+  the first rows of a table for such a length.
 - `update_cache`: a decoding step's keys or values written into a cache
   (in a TensorFlow graph a scatter, which ONNX and LiteRT export, where
   `keras.ops.slice_update`'s `XlaDynamicUpdateSlice` has no ONNX operator;
@@ -244,6 +245,20 @@ def positions(length):
 
         return lax.iota(jnp.int32, length)
     return ops.arange(0, length, dtype="int32")
+
+
+def leading_rows(table, length):
+    """The first `length` rows of a 2-D `table`: `(length, table.shape[1])`.
+
+    A slice, except for a symbolic `length` on JAX (`model.export` of an
+    unknown sequence length), where `lax.dynamic_slice` must prove
+    `length <= table.shape[0]` and cannot ("Symbolic dimension comparison
+    ... is inconclusive"): there it is a gather of `positions(length)`
+    (beyond the table, JAX's gather fills NaN).
+    """
+    if comparable_dim(length) is None and keras.backend.backend() == "jax":
+        return ops.take(table, positions(length), axis=0)
+    return ops.slice(table, (0, 0), (length, table.shape[1]))
 
 
 def update_cache(cache, update, index):

@@ -438,7 +438,8 @@ def _plain_attention(
         # The bias first: Keras's TensorFlow `add` takes a second argument that
         # squeezes to one axis for a bias of the first one's axis 1 or last
         # axis, which a (B, 1, 1, 1) bias is when B == heads (one key).
-        logits = ops.add(_padding_bias(padding_mask, wide)[:, None, None, :], logits)
+        bias = _padding_bias(padding_mask, wide)
+        logits = ops.add(_with_axes(bias, (1, 2)), logits)
     if mask is not None:
         logits = ops.where(mask, logits, _constant(_MASKED_LOGIT, wide))
     if logits.shape[-1] == 1:
@@ -457,7 +458,7 @@ def _plain_attention(
     if mask is not None:
         has_key = _sees_a_key(_row_max(logits))
     elif padding_mask is not None:
-        has_key = ops.any(padding_mask, axis=-1)[:, None, None, None]
+        has_key = _with_axes(ops.any(padding_mask, axis=-1), (1, 2, 3))
     scores = None
     if return_scores:
         scores = weights if has_key is None else ops.where(has_key, weights, 0.0)
@@ -827,6 +828,19 @@ def _chunked_attention(
         output, _ = forward(q, k_blocks, v_blocks, extras)
     output = _merge_heads(ops.transpose(output, (0, 3, 1, 2, 4)), 2)
     return ops.cast(output, value.dtype)
+
+
+def _with_axes(x, axes: tuple):
+    """`x` with new axes of size 1 at `axes` (ascending), by `expand_dims`.
+
+    Indexing with `None` (`x[:, None, None, :]`) is a `StridedSlice` with a
+    new-axis mask in a TensorFlow graph, which the LiteRT converter keeps as
+    a TensorFlow op (`FlexStridedSlice`) where the length is unknown, and
+    the LiteRT interpreter cannot run it.
+    """
+    for axis in axes:
+        x = ops.expand_dims(x, axis)
+    return x
 
 
 def _query_has_key(mask):
@@ -1411,7 +1425,7 @@ def scaled_dot_product_attention(
     if padding_mask is not None:
         seen = padding_mask if seen is None else ops.logical_and(padding_mask, seen)
     if seen is not None:
-        real = seen[:, :, None, None]
+        real = _with_axes(seen, (2, 3))
         key, value = (ops.where(real, t, ops.zeros((), t.dtype)) for t in (key, value))
 
     scores = None
@@ -1440,7 +1454,7 @@ def scaled_dot_product_attention(
             mask = positional if mask is None else ops.logical_and(mask, positional)
         if plan.path == "fused":
             if padding_mask is not None:
-                keys = padding_mask[:, None, None, :]
+                keys = _with_axes(padding_mask, (1, 2))
                 mask = keys if mask is None else ops.logical_and(mask, keys)
             output = _backend.fused_attention(
                 query, key, value, mask, scale, flash_attention

@@ -27,10 +27,12 @@ import numpy as np
 import pytest
 
 from keras_selfattn import (
+    AttentionPooling,
     CachedMultiHeadAttention,
     GroupQueryAttention,
     MultiHeadAttention,
     SelfAttention,
+    TokenAndPositionEmbedding,
     TransformerDecoder,
     TransformerEncoder,
 )
@@ -272,6 +274,47 @@ def test_litert_of_an_unknown_length_computes_every_length(tmp_path):
         assert len(got) == len(want)
         for output, w in zip(got, want, strict=True):
             assert_close(output, w, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "export_format",
+    [
+        pytest.param("onnx", marks=[exported_by("onnx"), needs_onnx_export_here]),
+        pytest.param("litert", marks=[exported_by("litert"), needs_litert_export]),
+        pytest.param("tf_saved_model", marks=exported_by("tf_saved_model")),
+    ],
+)
+def test_token_ids_of_an_unknown_length_export(tmp_path, export_format):
+    # On JAX, `TokenAndPositionEmbedding` did not export with an unknown
+    # length, to ONNX or SavedModel: its length check and its slice of the
+    # position table compared JAX's symbolic length with a number ("Symbolic
+    # dimension comparison 'dim_0_1' > '32' is inconclusive"; 2026-12-07).
+    ids = keras.Input((None,), dtype="int32", name="ids")
+    x = TokenAndPositionEmbedding(VOCAB, 32, WIDTH)(ids)  # masks id 0
+    outputs = [
+        SelfAttention(WIDTH, num_heads=2)(x),
+        AttentionPooling(2)(x),
+        CachedMultiHeadAttention(2, 4)(x, x),
+    ]
+    if release(keras.__version__) >= release(GQA_KERAS_NEEDED):
+        outputs.append(GroupQueryAttention(4, 4, 2)(x, x))
+    model = keras.Model(ids, outputs)
+    rng = np.random.default_rng(5)
+    feeds = []
+    for length in (1, 5, 16):
+        feed = rng.integers(1, VOCAB, size=(2, length)).astype("int32")
+        feed[1, length // 2 + 1 :] = 0  # padding in the second sequence
+        feeds.append(feed)
+    expected = [[keras.ops.convert_to_numpy(y) for y in model(f)] for f in feeds]
+    suffix = {"litert": ".tflite", "onnx": ".onnx"}.get(export_format, "")
+    path = str(tmp_path / f"ids{suffix}")
+    model.export(path, format=export_format, verbose=False)
+    for feed, want in zip(feeds, expected, strict=True):
+        got = _run_exported(export_format, path, {"ids": feed})
+        assert len(got) == len(want)
+        for i, (output, w) in enumerate(zip(got, want, strict=True)):
+            where = f"output {i}, length {feed.shape[1]}"
+            np.testing.assert_allclose(output, w, atol=1e-5, rtol=0, err_msg=where)
 
 
 @pytest.fixture(scope="module")

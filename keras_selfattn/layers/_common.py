@@ -156,7 +156,9 @@ def zero_padded_scores(scores, query_mask):
     """
     if query_mask is None or scores is None:
         return scores
-    keep = ops.cast(query_mask, "bool")[:, None, :, None]
+    # (B, 1, Tq, 1) by expand_dims: `None` indexing is a StridedSlice that
+    # LiteRT runs only with TensorFlow's ops at an unknown length.
+    keep = ops.expand_dims(ops.expand_dims(ops.cast(query_mask, "bool"), 1), 3)
     return ops.where(keep, scores, ops.zeros((), scores.dtype))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from keras_selfattn import _backend
 from keras_selfattn._validation import check_bool, check_positive_int, check_rank
 from keras_selfattn.layers._common import (
     embedded_ids,
@@ -137,16 +138,18 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
 
     def call(self, inputs):
         check_rank("inputs", inputs.shape, 2, "(batch, seq) of token ids")
-        self._check_length(inputs.shape[1])
+        # JAX's symbolic length (`model.export` of an unknown length) counts
+        # as unknown: it cannot be compared with a number.
+        static_length = _backend.comparable_dim(inputs.shape[1])
+        self._check_length(static_length)
         tokens = embedded_ids(self.token_embedding, inputs, "inputs")
-        if inputs.shape[1] == 0:
+        if static_length == 0:
             # A text with no token. (Keras's TensorFlow `add` would take the
             # (1, 0, dim) positions for a bias of size dim, and fail.)
             return tokens
-        length = ops.shape(inputs)[1]
         table = ops.convert_to_tensor(self.position_embeddings)
         positions = ops.cast(
-            ops.slice(table, (0, 0), (length, self.embedding_dim)), tokens.dtype
+            _backend.leading_rows(table, ops.shape(inputs)[1]), tokens.dtype
         )
         outputs = ops.add(tokens, ops.expand_dims(positions, 0))
         return zero_padded(outputs, self.compute_mask(inputs))
