@@ -1161,14 +1161,29 @@ def _check_plan_arguments(arguments: dict) -> None:
 
 
 def _plan(query, key, value, mask, padding_mask, options) -> AttentionPlan:
-    """`plan_attention` for the kernel's 4-D arguments."""
+    """`plan_attention` for the kernel's 4-D arguments (and the warning of
+    an explicit `chunk_size` that an unknown length leaves unused)."""
     batch, q_len, heads, dim = (_backend.comparable_dim(d) for d in query.shape)
+    k_len = _backend.comparable_dim(key.shape[1])
     rate = options["dropout"] if options["training"] else 0.0
+    chunk_size = options["chunk_size"]
+    if chunk_size is not None and None in (q_len, k_len):
+        warnings.warn(
+            f"`chunk_size={chunk_size}` is not used in this call: its sequence "
+            "length is unknown (a graph traced for any length, as Keras's "
+            "TensorFlow `fit`, `evaluate` and `predict` trace one from the "
+            "second length they meet on), and the chunked path needs a known "
+            "one. The plain path runs instead, with memory quadratic in the "
+            "length. To keep the chunked path, give every batch one length "
+            "(pad to it), or train on JAX or PyTorch.",
+            UserWarning,
+            stacklevel=2,
+        )
     return plan_attention(
         batch=batch,
         heads=heads,
         q_len=q_len,
-        k_len=_backend.comparable_dim(key.shape[1]),
+        k_len=k_len,
         dim=dim,
         value_dim=_backend.comparable_dim(value.shape[-1]),
         backend=keras.backend.backend(),
@@ -1276,7 +1291,12 @@ def scaled_dot_product_attention(
     FlashAttention); its backward pass recomputes each block's weights from
     the saved log-sum-exp instead of storing them. Its memory grows linearly
     with the sequence length, in training too, and its results equal the
-    plain path's within float32 rounding (the tests allow 1e-5). The fused
+    plain path's within float32 rounding (the tests allow 1e-5). It needs
+    the sequence length known where the call is traced: in a graph traced
+    for any length (Keras's TensorFlow `fit`, `evaluate` and `predict`
+    trace one from the second length they meet on) the plain path runs,
+    and an explicit `chunk_size` gives a `UserWarning` saying so; pad every
+    batch to one length to keep it. The fused
     path is the backend's `keras.ops.dot_product_attention` (JAX, PyTorch).
     Which one a call takes is decided by `plan_attention`, whose docstring
     states the rules, against the memory budget (`memory_budget`,

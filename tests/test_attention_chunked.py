@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import keras
 import numpy as np
@@ -350,18 +351,41 @@ def test_tf_function_static_and_unknown_lengths(rng, chunked_calls, jit_compile)
         return out, tape.gradient(loss, [q, k, v])
 
     static = tf.function(grads, jit_compile=jit_compile)
-    out, static_grads = static(*map(tf.constant, (q, k, v)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a known length: no warning
+        out, static_grads = static(*map(tf.constant, (q, k, v)))
     np.testing.assert_allclose(to_numpy(out), want, atol=ATOL)
     assert chunked_calls == [5]
     # Unknown lengths (and batch): the chunked path needs static lengths, so
-    # the kernel falls back to the plain path, with the same results.
+    # the kernel falls back to the plain path, with the same results, and
+    # says that the `chunk_size` asked for is not used.
     spec = tf.TensorSpec((None, None, 3, 8), "float32")
     dynamic = tf.function(grads, input_signature=[spec] * 3, jit_compile=jit_compile)
-    out, dynamic_grads = dynamic(*map(tf.constant, (q, k, v)))
+    with pytest.warns(UserWarning, match=r"`chunk_size=5` is not used in this call"):
+        out, dynamic_grads = dynamic(*map(tf.constant, (q, k, v)))
     np.testing.assert_allclose(to_numpy(out), want, atol=ATOL)
     assert chunked_calls == [5]
     for a, b in zip(static_grads, dynamic_grads, strict=True):
         np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=ATOL)
+
+
+@pytest.mark.tensorflow_only
+def test_keras_fit_at_a_second_length_warns_that_chunk_size_is_unused(rng):
+    # Keras's TensorFlow trainer retraces with the length unknown from the
+    # second length on (`reduce_retracing`), where the chunked path cannot
+    # run: the plain path's memory is quadratic, which went unsaid (a probe,
+    # 2026-12-07).
+    ids = keras.Input((None,), dtype="int32")
+    x = keras.layers.Embedding(50, 16)(ids)
+    x = SelfAttention(16, num_heads=2, chunk_size=4)(x)
+    model = keras.Model(ids, keras.layers.GlobalAveragePooling1D()(x))
+    model.compile("sgd", "mse")
+    target = np.zeros((4, 16), "float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.fit(rng.integers(0, 50, (4, 16)), target, verbose=0)
+    with pytest.warns(UserWarning, match=r"`chunk_size=4` is not used in this call"):
+        model.fit(rng.integers(0, 50, (4, 24)), target, verbose=0)
 
 
 @pytest.mark.tensorflow_only
