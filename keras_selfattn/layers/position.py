@@ -8,8 +8,10 @@ from keras import ops
 from keras_selfattn import _backend
 from keras_selfattn._validation import check_bool, check_positive_int, check_rank
 from keras_selfattn.layers._common import (
+    dtype_recording_quantized,
     embedded_ids,
     set_weight_options,
+    take_own_policies,
     weight_options_config,
     zero_padded,
 )
@@ -122,6 +124,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     def build(self, input_shape):
         check_rank("inputs", input_shape, 2, "(batch, seq) of token ids")
         self.token_embedding.build(input_shape)
+        take_own_policies([self.token_embedding])  # a loaded quantized one
         self.position_embeddings = self.add_weight(
             name="position_embeddings",
             shape=(self.sequence_length, self.embedding_dim),
@@ -173,4 +176,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 self, "embeddings_initializer", "position_initializer"
             ),
         }
+        # After `model.quantize`, the token embedding's quantized policy
+        # (as keras-hub's layer, the config forgot it, and a saved quantized
+        # model failed to load: "expected 1 variables, but received 2").
+        dtype = dtype_recording_quantized(self, [self.token_embedding])
+        if dtype is not None:
+            config["dtype"] = dtype
         return {**base_config, **config}

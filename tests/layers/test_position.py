@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 
 from keras_selfattn import TokenAndPositionEmbedding
-from tests.helpers import assert_close, to_numpy
+from tests.helpers import (
+    assert_close,
+    assert_quantized_model_round_trips,
+    needs_keras,
+    to_numpy,
+)
 
 IDS = np.array([[5, 8, 2, 0, 0], [1, 2, 3, 4, 9]], dtype="int32")
 
@@ -152,3 +157,19 @@ def test_numpy_integers_are_integers():
     assert type(config["vocabulary_size"]) is int
     assert type(config["embedding_dim"]) is int
     assert to_numpy(layer(np.array([[1, 2, 0]]))).shape == (1, 3, 4)
+
+
+@pytest.mark.parametrize(
+    "mode",
+    ["int8", pytest.param("int4", marks=needs_keras("3.11", 'quantize("int4")'))],
+)
+def test_quantized_model_saves_and_loads(rng, tmp_path, mode):
+    # The config forgot that the token embedding was quantized (keras-hub's
+    # layer does too): "Layer 'token_embedding' expected 1 variables, but
+    # received 2 variables during loading" (a probe, 2026-12-07).
+    ids = keras.Input((5,), dtype="int32")
+    x = TokenAndPositionEmbedding(10, 5, 16)(ids)
+    model = keras.Model(ids, keras.layers.Dense(2)(x))
+    feed = rng.integers(0, 10, size=(2, 5)).astype("int32")
+    feed[0, 3:] = 0
+    assert_quantized_model_round_trips(model, feed, tmp_path / "quantized.keras", mode)
