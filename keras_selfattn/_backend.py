@@ -111,7 +111,9 @@ def fused_attention(query, key, value, mask, scale, flash_attention):
     query's heads only where the kernel cannot take them grouped
     (`fused_takes_grouped_heads`). Returns the output in the dtype of
     `value`. Rows with no allowed key come back as the kernel makes them (a
-    uniform average): the caller zeroes them.
+    uniform average): the caller zeroes them. Where `flash_attention=True`
+    and the backend refuses it here (JAX without cuDNN, PyTorch on a CPU:
+    a `RuntimeError` from deep in the backend), a `ValueError` says so.
     """
     groups = query.shape[2] // key.shape[2]
     if groups > 1 and not fused_takes_grouped_heads():
@@ -128,14 +130,25 @@ def fused_attention(query, key, value, mask, scale, flash_attention):
         # PyTorch's own choice (flash, or cuDNN first on recent GPUs).
         # Eagerly on a GPU Keras still asks, and may insist on flash.
         flash_attention = False
-    output = ops.dot_product_attention(
-        query,
-        key,
-        ops.cast(value, query.dtype),
-        mask=mask,
-        scale=scale,
-        flash_attention=flash_attention,
-    )
+    try:
+        output = ops.dot_product_attention(
+            query,
+            key,
+            ops.cast(value, query.dtype),
+            mask=mask,
+            scale=scale,
+            flash_attention=flash_attention,
+        )
+    except RuntimeError as error:
+        if not flash_attention:
+            raise
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ValueError(
+            "`flash_attention=True` cannot be honoured: the backend's fused "
+            f"kernel refused it here ({reason}). Set `flash_attention=None` "
+            "to let the kernel choose. Received: "
+            f"backend={keras.backend.backend()!r}, flash_attention=True"
+        ) from error
     return ops.cast(output, value.dtype)
 
 

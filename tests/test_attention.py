@@ -12,7 +12,13 @@ import pytest
 from keras import ops
 
 from keras_selfattn import masked_softmax, scaled_dot_product_attention
-from tests.helpers import assert_padding_ignored, gradients, output_and_grads, to_numpy
+from tests.helpers import (
+    BACKEND,
+    assert_padding_ignored,
+    gradients,
+    output_and_grads,
+    to_numpy,
+)
 from tests.reference import reference_attention
 
 
@@ -940,6 +946,37 @@ _EMPTY = {  # query shape, key (and value) shape, options
         {"padding_mask": np.ones((0, 5), bool), "chunk_size": 2},
     ),
 }
+
+
+def _cpu_only() -> bool:
+    """Whether the backend computes on a CPU (no GPU to run flash on)."""
+    if BACKEND == "jax":
+        import jax
+
+        return jax.devices()[0].platform == "cpu"
+    if BACKEND == "torch":
+        import torch
+
+        return not torch.cuda.is_available()
+    return True
+
+
+@pytest.mark.skipif(
+    BACKEND == "tensorflow" or not _cpu_only(),
+    reason="JAX's and PyTorch's fused kernels, on a CPU (TensorFlow has none: "
+    "refused in the plan, tested above)",
+)
+def test_flash_attention_the_backend_refuses_is_a_value_error():
+    # JAX said "cuDNN is not detected", PyTorch "Flash attention is not
+    # supported with the provided inputs": a RuntimeError from deep in the
+    # backend, where the docstrings promise a ValueError (a probe, 2026-12-07).
+    q = np.ones((1, 4, 2, 8), "float32")
+    with pytest.raises(
+        ValueError,
+        match=r"`flash_attention=True` cannot be honoured: the backend's fused "
+        r"kernel refused it here \(.+\)\. Set `flash_attention=None`",
+    ):
+        scaled_dot_product_attention(q, q, q, flash_attention=True)
 
 
 @pytest.mark.parametrize("shape", [(0, 4, 2, 8), (1, 0, 2, 8)], ids=["batch", "query"])
