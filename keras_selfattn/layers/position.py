@@ -123,6 +123,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
 
     def build(self, input_shape):
         check_rank("inputs", input_shape, 2, "(batch, seq) of token ids")
+        # A `keras.Input` longer than the table fails here, not at `predict`.
+        self._check_length(_backend.comparable_dim(input_shape[1]))
         self.token_embedding.build(input_shape)
         take_own_policies([self.token_embedding])  # a loaded quantized one
         self.position_embeddings = self.add_weight(

@@ -68,6 +68,11 @@ def test_too_long_or_wrong_rank_input():
         layer(IDS)
     with pytest.raises(ValueError, match="`inputs`"):
         TokenAndPositionEmbedding(10, 5, 4)(np.zeros((2, 5, 1), "int32"))
+    # A `keras.Input` longer than the table built a model that failed only
+    # at `predict` (a probe, 2026-12-07); an unknown length stays allowed.
+    with pytest.raises(ValueError, match=r"sequence_length=3.*with 5 tokens"):
+        TokenAndPositionEmbedding(10, 3, 4)(keras.Input((5,), dtype="int32"))
+    assert TokenAndPositionEmbedding(10, 3, 4)(keras.Input((None,))).shape[-1] == 4
 
 
 def test_a_text_with_no_token():
