@@ -422,10 +422,12 @@ def scan_blocks(step, carry, xs, ys_specs, work=None):
         The tuple `(carry, ys)`, each `ys` stacked on a new leading axis.
     """
     backend = keras.backend.backend()
-    num_blocks = int(xs[0].shape[0])
+    num_blocks = xs[0].shape[0]
     if backend == "tensorflow":
         import tensorflow as tf
 
+        if num_blocks is None:  # an unknown sequence length: a tensor
+            num_blocks = tf.shape(xs[0])[0]
         arrays = tuple(
             tf.TensorArray(dtype, size=num_blocks, element_shape=shape)
             for shape, dtype in ys_specs
@@ -449,7 +451,7 @@ def scan_blocks(step, carry, xs, ys_specs, work=None):
 
         return jax.lax.scan(step, tuple(carry), tuple(xs))
     outputs = []
-    for i in range(num_blocks):
+    for i in range(int(num_blocks)):
         carry, ys = step(carry, tuple(x[i] for x in xs))
         outputs.append(ys)
     ys = tuple(ops.stack(list(y), axis=0) for y in zip(*outputs, strict=True))

@@ -641,20 +641,34 @@ def _chunked_attention(
     `key` and `value` heads (fewer than the query's) are contracted as they
     are, never repeated; without groups the `groups` axis has size 1.
     """
-    q_len, k_len = int(query.shape[1]), int(key.shape[1])
+    # Python integers where known (a PyTorch tracer's 0-d lengths become
+    # constants of the trace, as the plan chose for them), else None.
+    q_len, k_len = (_backend.comparable_dim(t.shape[1]) for t in (query, key))
+    q_len, k_len = (None if n is None else int(n) for n in (q_len, k_len))
     heads, dim, value_dim = query.shape[2], query.shape[3], value.shape[3]
     kv_heads = key.shape[2]
     groups = heads // kv_heads
-    size = min(chunk_size, k_len)
-    num_blocks = -(-k_len // size)
-    padding = num_blocks * size - k_len
+    if k_len is not None:
+        size = min(chunk_size, k_len)
+        num_blocks = -(-k_len // size)
+        padding = num_blocks * size - k_len
+    else:
+        # An unknown length (a TensorFlow graph traced for any length): the
+        # blocks' count and the last block's padding are tensors.
+        k_len = ops.cast(ops.shape(key)[1], "int32")
+        size = chunk_size
+        num_blocks = ops.floor_divide(ops.add(k_len, size - 1), size)
+        padding = ops.subtract(ops.multiply(num_blocks, size), k_len)
+    if q_len is None:
+        q_len = ops.shape(query)[1]
+    pads = not isinstance(padding, int) or padding > 0
 
     wide = _wide(query.dtype)
 
     def blocks(x):
         """(B, Tk, Hkv, D) -> (num_blocks, B, Hkv, size, D), float32 (or 64)."""
         x = ops.cast(x, wide)
-        if padding:
+        if pads:
             x = ops.pad(x, ((0, 0), (0, padding), (0, 0), (0, 0)))
         x = ops.reshape(x, (-1, num_blocks, size, *x.shape[2:]))
         return ops.transpose(x, (1, 0, 3, 2, 4))
@@ -669,7 +683,8 @@ def _chunked_attention(
     if not _is_zero(query_offset):
         block_starts = ops.subtract(block_starts, ops.cast(query_offset, "int32"))
     batch = _backend.comparable_dim(query.shape[0])
-    work = None if batch is None else batch * heads * q_len * k_len
+    known = all(isinstance(n, int) for n in (batch, q_len, k_len))
+    work = batch * heads * q_len * k_len if known else None
 
     # The user mask is cut into key blocks too, unless it broadcasts over keys.
     mask_blocks = constant_mask = None
@@ -683,18 +698,18 @@ def _chunked_attention(
             constant_mask = mask
         else:
             m = mask
-            if padding:
+            if pads:
                 m = ops.pad(m, ((0, 0),) * 4 + ((0, padding),), constant_values=False)
             lead = tuple(ops.shape(m)[:4])  # Dynamic where unknown.
             m = ops.reshape(m, (*lead, num_blocks, size))
             mask_blocks = ops.transpose(m, (4, 0, 1, 2, 3, 5))
     # Padded keys, and the columns that pad the last block, get a bias.
     bias_blocks = None
-    if padding_mask is not None or padding:
+    if padding_mask is not None or pads:
         real = (
             padding_mask if padding_mask is not None else ops.ones((1, k_len), "bool")
         )
-        if padding:
+        if pads:
             real = ops.pad(real, ((0, 0), (0, padding)), constant_values=False)
         bias = _padding_bias(real, wide)
         lead = ops.shape(bias)[0]  # Dynamic where unknown.
@@ -710,7 +725,7 @@ def _chunked_attention(
             offsets = ops.expand_dims(_backend.positions(size), 0)
             cols = ops.add(start, offsets)
             rule = _position_rule(rows, cols, causal, sliding_window)
-            rule = ops.reshape(rule, (1, 1, 1, *rule.shape))
+            rule = _with_axes(rule, (0, 1, 2))
             result = rule if result is None else ops.logical_and(result, rule)
         return result
 
@@ -1034,10 +1049,14 @@ def plan_attention(
        kernel, or a `ValueError` where it cannot be honoured (a backend
        without one: TensorFlow; `return_scores`; `value_dim != dim`).
     2. The plain path where only the full matrix will do:
-       `return_scores=True` (it returns that matrix). The plain path, or
-       the fused kernel where it may be used (as in rule 5), where nothing
-       can be cut into blocks: an empty or unknown (`None`, as in a graph
-       traced for any length) `q_len` or `k_len`.
+       `return_scores=True` (it returns that matrix). With an unknown
+       (`None`, as in a graph traced for any length) `q_len` or `k_len`:
+       on TensorFlow with an explicit `chunk_size`, the chunked path (its
+       loop counts the blocks at run time; Keras's TensorFlow `fit`
+       traces for any length from the second length it meets on);
+       otherwise the plain path, or the fused kernel where it may be used
+       (as in rule 5). The same where nothing can be cut into blocks: an
+       empty `q_len` or `k_len`.
     3. An explicit `chunk_size`: the chunked path with that block size (also
        where a fused kernel exists; dropout in training with it is an error),
        except where the key length is a traced value (neither a number nor
@@ -1111,7 +1130,10 @@ def plan_attention(
     path = "fused" if fused else "plain"
     if return_scores:
         return AttentionPlan("plain")
-    if q_len is None or k_len is None or q_len == 0 or k_len == 0:
+    unknown = q_len is None or k_len is None
+    if unknown and chunk_size is not None and backend == "tensorflow":
+        return AttentionPlan("chunked", chunk_size)
+    if unknown or q_len == 0 or k_len == 0:
         return AttentionPlan(path)
     if chunk_size is not None:
         if not isinstance(k_len, numbers.Number) and k_len <= chunk_size:
@@ -1167,19 +1189,7 @@ def _plan(query, key, value, mask, padding_mask, options) -> AttentionPlan:
     k_len = _backend.comparable_dim(key.shape[1])
     rate = options["dropout"] if options["training"] else 0.0
     chunk_size = options["chunk_size"]
-    if chunk_size is not None and None in (q_len, k_len):
-        warnings.warn(
-            f"`chunk_size={chunk_size}` is not used in this call: its sequence "
-            "length is unknown (a graph traced for any length, as Keras's "
-            "TensorFlow `fit`, `evaluate` and `predict` trace one from the "
-            "second length they meet on), and the chunked path needs a known "
-            "one. The plain path runs instead, with memory quadratic in the "
-            "length. To keep the chunked path, give every batch one length "
-            "(pad to it), or train on JAX or PyTorch.",
-            UserWarning,
-            stacklevel=2,
-        )
-    return plan_attention(
+    plan = plan_attention(
         batch=batch,
         heads=heads,
         q_len=q_len,
@@ -1198,6 +1208,18 @@ def _plan(query, key, value, mask, padding_mask, options) -> AttentionPlan:
         chunk_size=options["chunk_size"],
         flash_attention=options["flash_attention"],
     )
+    unused = chunk_size is not None and not options["return_scores"]
+    if unused and plan.path != "chunked" and None in (q_len, k_len):
+        warnings.warn(
+            f"`chunk_size={chunk_size}` is not used in this call: its sequence "
+            "length is unknown (a function traced for any length, as "
+            "`jax.export` traces one), and the chunked path needs a known one "
+            "there. The plain path runs instead, with memory quadratic in the "
+            "length. To keep the chunked path, give the sequence axis a length.",
+            UserWarning,
+            stacklevel=2,
+        )
+    return plan
 
 
 def _no_query(query, key, value, squeezed, return_scores):
@@ -1291,12 +1313,13 @@ def scaled_dot_product_attention(
     FlashAttention); its backward pass recomputes each block's weights from
     the saved log-sum-exp instead of storing them. Its memory grows linearly
     with the sequence length, in training too, and its results equal the
-    plain path's within float32 rounding (the tests allow 1e-5). It needs
-    the sequence length known where the call is traced: in a graph traced
-    for any length (Keras's TensorFlow `fit`, `evaluate` and `predict`
-    trace one from the second length they meet on) the plain path runs,
-    and an explicit `chunk_size` gives a `UserWarning` saying so; pad every
-    batch to one length to keep it. The fused
+    plain path's within float32 rounding (the tests allow 1e-5). In a
+    TensorFlow graph traced for any length (Keras's `fit`, `evaluate` and
+    `predict` trace one from the second length they meet on) an explicit
+    `chunk_size` keeps it, its loop counting the blocks at run time; the
+    automatic choice needs the lengths (rule 5 of `plan_attention`), and
+    where JAX traces a symbolic length (`jax.export`) the plain path runs,
+    with a `UserWarning` for an explicit `chunk_size`. The fused
     path is the backend's `keras.ops.dot_product_attention` (JAX, PyTorch).
     Which one a call takes is decided by `plan_attention`, whose docstring
     states the rules, against the memory budget (`memory_budget`,

@@ -356,25 +356,74 @@ def test_tf_function_static_and_unknown_lengths(rng, chunked_calls, jit_compile)
         out, static_grads = static(*map(tf.constant, (q, k, v)))
     np.testing.assert_allclose(to_numpy(out), want, atol=ATOL)
     assert chunked_calls == [5]
-    # Unknown lengths (and batch): the chunked path needs static lengths, so
-    # the kernel falls back to the plain path, with the same results, and
-    # says that the `chunk_size` asked for is not used.
+    # Unknown lengths (and batch): the chunked path counts its blocks at run
+    # time (until 2026-12-07 the kernel took the plain path there).
     spec = tf.TensorSpec((None, None, 3, 8), "float32")
     dynamic = tf.function(grads, input_signature=[spec] * 3, jit_compile=jit_compile)
-    with pytest.warns(UserWarning, match=r"`chunk_size=5` is not used in this call"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         out, dynamic_grads = dynamic(*map(tf.constant, (q, k, v)))
     np.testing.assert_allclose(to_numpy(out), want, atol=ATOL)
-    assert chunked_calls == [5]
+    assert chunked_calls == [5, 5]
     for a, b in zip(static_grads, dynamic_grads, strict=True):
         np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=ATOL)
 
 
+_UNKNOWN_LENGTHS = {
+    # (q_len, k_len): a last block that is full, padded, and a single block.
+    "full-blocks": (10, 10),
+    "padded-last-block": (7, 12),
+    "one-short-block": (3, 3),
+}
+
+
 @pytest.mark.tensorflow_only
-def test_keras_fit_at_a_second_length_warns_that_chunk_size_is_unused(rng):
+@pytest.mark.parametrize("lengths", list(_UNKNOWN_LENGTHS), ids=list(_UNKNOWN_LENGTHS))
+def test_tf_graph_of_unknown_lengths_keeps_the_chunked_path(
+    rng, chunked_calls, lengths
+):
+    # Keras's TensorFlow `fit`, `evaluate` and `predict` retrace for any
+    # length from the second length they meet on (`reduce_retracing`): with
+    # the plain path there, a `chunk_size` layer's memory was quadratic.
+    import tensorflow as tf
+
+    q_len, k_len = _UNKNOWN_LENGTHS[lengths]
+    q, _, _ = _qkv(rng, q_len=q_len, k_len=k_len)
+    _, k, v = _qkv(rng, q_len=q_len, k_len=k_len, heads=1)  # grouped: 3 on 1
+    mask = _mask(rng, "full", 2, q_len, k_len, 3)
+    padding = np.ones((2, k_len), bool)
+    padding[1, k_len // 2 :] = False
+    options = dict(causal=True, sliding_window=4)
+    upstream = rng.normal(size=(2, q_len, 3, 8)).astype("float32")
+    want, want_grads = output_and_grads(
+        lambda q, k, v: sdpa(
+            q, k, v, mask, padding_mask=padding, flash_attention=False, **options
+        ),
+        (q, k, v),
+        upstream,
+    )
+    specs = [tf.TensorSpec((None, None, heads, 8)) for heads in (3, 1, 1)]
+
+    @tf.function(input_signature=specs)
+    def chunked(q, k, v):
+        with tf.GradientTape() as tape:
+            tape.watch([q, k, v])
+            out = sdpa(q, k, v, mask, padding_mask=padding, chunk_size=4, **options)
+            loss = tf.reduce_sum(out * upstream)
+        return out, tape.gradient(loss, [q, k, v])
+
+    out, grads = chunked(*map(tf.constant, (q, k, v)))
+    assert chunked_calls == [4]
+    np.testing.assert_allclose(to_numpy(out), want, atol=ATOL)
+    for got, expected in zip(grads, want_grads, strict=True):
+        np.testing.assert_allclose(to_numpy(got), expected, atol=ATOL)
+
+
+@pytest.mark.tensorflow_only
+def test_keras_fit_at_a_second_length_keeps_the_chunked_path(rng, chunked_calls):
     # Keras's TensorFlow trainer retraces with the length unknown from the
-    # second length on (`reduce_retracing`), where the chunked path cannot
-    # run: the plain path's memory is quadratic, which went unsaid (a probe,
-    # 2026-12-07).
+    # second length on; the plain path ran there, with quadratic memory,
+    # unsaid (a probe, 2026-12-07).
     ids = keras.Input((None,), dtype="int32")
     x = keras.layers.Embedding(50, 16)(ids)
     x = SelfAttention(16, num_heads=2, chunk_size=4)(x)
@@ -383,9 +432,12 @@ def test_keras_fit_at_a_second_length_warns_that_chunk_size_is_unused(rng):
     target = np.zeros((4, 16), "float32")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        model.fit(rng.integers(0, 50, (4, 16)), target, verbose=0)
-    with pytest.warns(UserWarning, match=r"`chunk_size=4` is not used in this call"):
-        model.fit(rng.integers(0, 50, (4, 24)), target, verbose=0)
+        for length in (16, 24, 32):
+            model.fit(rng.integers(0, 50, (4, length)), target, verbose=0)
+    # Traced at 16, then once for any length (forward only: the gradient
+    # reuses the loop's blocks); never the plain path.
+    assert chunked_calls and set(chunked_calls) == {4}
+    assert len(chunked_calls) == 2
 
 
 @pytest.mark.tensorflow_only

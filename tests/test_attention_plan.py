@@ -79,6 +79,27 @@ CASES = {
         1,
         ("plain", None),
     ),
+    # An explicit chunk_size keeps its path in a TensorFlow graph of any
+    # length (Keras's `fit` retraces so from the second length on); JAX's
+    # symbolic lengths (`jax.export`) still take the plain or fused path.
+    "unknown-length-chunk-size-tensorflow-chunked": (
+        dict(q_len=None, k_len=None, chunk_size=64),
+        "tensorflow",
+        16 * GIB,
+        ("chunked", 64),
+    ),
+    "unknown-length-chunk-size-jax-fused": (
+        dict(k_len=None, chunk_size=64),
+        "jax",
+        16 * GIB,
+        ("fused", None),
+    ),
+    "unknown-length-chunk-size-scores-plain": (
+        dict(k_len=None, chunk_size=64, return_scores=True),
+        "tensorflow",
+        16 * GIB,
+        ("plain", None),
+    ),
     "empty-keys-plain": (dict(k_len=0), "tensorflow", 1, ("plain", None)),
     "return-scores-plain": (dict(return_scores=True), "tensorflow", 1, ("plain", None)),
     "scores-beat-chunk-size": (

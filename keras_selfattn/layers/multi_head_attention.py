@@ -126,8 +126,7 @@ class MultiHeadAttention(KernelAttention, keras.layers.MultiHeadAttention):
         chunk_size: Optional positive integer. If set, attention runs over
             blocks of `chunk_size` keys with an online softmax, in memory
             linear in the sequence length (training too; see
-            `keras_selfattn.scaled_dot_product_attention`, and its warning
-            where the length is unknown). That path has
+            `keras_selfattn.scaled_dot_product_attention`). That path has
             no dropout: `chunk_size` with `dropout > 0`, or with
             `flash_attention=True`, raises a `ValueError` here, in the
             constructor. Defaults to `None`, which lets the kernel choose:

@@ -74,8 +74,7 @@ class SelfAttention(keras.layers.Layer):
         chunk_size: Optional positive integer. If set, attention runs over
             blocks of `chunk_size` keys with an online softmax, in memory
             linear in the sequence length (training too; see
-            `keras_selfattn.scaled_dot_product_attention`, and its warning
-            where the length is unknown). That path has
+            `keras_selfattn.scaled_dot_product_attention`). That path has
             no dropout: `chunk_size` with `dropout > 0` raises a
             `ValueError` here, in the constructor. Defaults to `None`,
             which lets the kernel choose: the chunked path for long
