@@ -154,6 +154,26 @@ def _run_exported(export_format: str, path, feeds: dict) -> list:
     return [np.asarray(y) for y in outputs]
 
 
+# Each format, on every backend whose Keras exports it.
+every_format = pytest.mark.parametrize(
+    "export_format",
+    [
+        pytest.param("onnx", marks=[exported_by("onnx"), needs_onnx_export_here]),
+        pytest.param("litert", marks=[exported_by("litert"), needs_litert_export]),
+        pytest.param("tf_saved_model", marks=exported_by("tf_saved_model")),
+    ],
+)
+
+
+def _exported(model: keras.Model, stem, export_format: str) -> str:
+    """The path `model.export` wrote `model` to, in `export_format`, at
+    `stem` (with the format's suffix)."""
+    suffix = {"litert": ".tflite", "onnx": ".onnx"}.get(export_format, "")
+    path = f"{stem}{suffix}"
+    model.export(path, format=export_format, verbose=False)
+    return path
+
+
 def _by_name(feeds: dict, names: list) -> dict:
     """`feeds` under the file's input `names` (one input: whatever its name)."""
     if len(feeds) == 1 and len(names) == 1:
@@ -276,14 +296,7 @@ def test_litert_of_an_unknown_length_computes_every_length(tmp_path):
             assert_close(output, w, atol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "export_format",
-    [
-        pytest.param("onnx", marks=[exported_by("onnx"), needs_onnx_export_here]),
-        pytest.param("litert", marks=[exported_by("litert"), needs_litert_export]),
-        pytest.param("tf_saved_model", marks=exported_by("tf_saved_model")),
-    ],
-)
+@every_format
 def test_token_ids_of_an_unknown_length_export(tmp_path, export_format):
     # On JAX, `TokenAndPositionEmbedding` did not export with an unknown
     # length, to ONNX or SavedModel: its length check and its slice of the
@@ -306,9 +319,7 @@ def test_token_ids_of_an_unknown_length_export(tmp_path, export_format):
         feed[1, length // 2 + 1 :] = 0  # padding in the second sequence
         feeds.append(feed)
     expected = [[keras.ops.convert_to_numpy(y) for y in model(f)] for f in feeds]
-    suffix = {"litert": ".tflite", "onnx": ".onnx"}.get(export_format, "")
-    path = str(tmp_path / f"ids{suffix}")
-    model.export(path, format=export_format, verbose=False)
+    path = _exported(model, tmp_path / "ids", export_format)
     for feed, want in zip(feeds, expected, strict=True):
         got = _run_exported(export_format, path, {"ids": feed})
         assert len(got) == len(want)
@@ -381,14 +392,7 @@ def _decoding_step() -> keras.Model:
     return keras.Model([x, cache, step], outputs)
 
 
-@pytest.mark.parametrize(
-    "export_format",
-    [
-        pytest.param("onnx", marks=[exported_by("onnx"), needs_onnx_export_here]),
-        pytest.param("litert", marks=[exported_by("litert"), needs_litert_export]),
-        pytest.param("tf_saved_model", marks=exported_by("tf_saved_model")),
-    ],
-)
+@every_format
 def test_a_decoding_step_exports(tmp_path, export_format):
     # The cache update was `keras.ops.slice_update`: on TensorFlow
     # `XlaDynamicUpdateSlice`, which tf2onnx cannot convert (onnxruntime:
@@ -408,9 +412,7 @@ def test_a_decoding_step_exports(tmp_path, export_format):
         np.delete(expected[1], 3, axis=2), np.delete(feeds["cache"], 3, axis=2)
     )
     assert not np.allclose(expected[1][:, :, 3], feeds["cache"][:, :, 3])
-    suffix = {"litert": ".tflite", "onnx": ".onnx"}.get(export_format, "")
-    path = str(tmp_path / f"step{suffix}")
-    model.export(path, format=export_format, verbose=False)
+    path = _exported(model, tmp_path / "step", export_format)
     got = _run_exported(export_format, path, feeds)
     assert len(got) == len(expected)
     for i, (output, want) in enumerate(zip(got, expected, strict=True)):
