@@ -628,7 +628,9 @@ def _chunked_attention(
     """The attention output, computed over blocks of `chunk_size` keys.
 
     Shapes as `_plain_attention` (4-D, `(batch, seq, heads, dim)`), with
-    static `q_len` and `k_len`; `mask` is the normalized user mask (4-D,
+    static `q_len` and `k_len`, or unknown ones in a TensorFlow graph (the
+    number of blocks is then a tensor, and the last block is always
+    padded); `mask` is the normalized user mask (4-D,
     broadcastable) or None, `padding_mask` the (B, Tk) padding mask or None. The
     padding mask and the padding of the last block become a per-key bias,
     cut into blocks; the causal and sliding-window rules are applied per
