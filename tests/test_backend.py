@@ -127,22 +127,17 @@ def test_layer_norm_is_keras_layer_normalization(case):
     x = (3 * rng.normal(size=shape) + 1).astype("float32")
     norm = ExportableLayerNormalization(**kwargs)
     norm.build(shape)
-    axis = -1  # the blocks' (Keras's PyTorch path fails on another axis)
-    size = shape[axis]
-    gamma = rng.normal(size=size).astype("float32")
-    beta = rng.normal(size=size).astype("float32")
+    # Over the last axis, the blocks' (Keras's PyTorch path fails on another).
+    gamma, beta = rng.normal(size=(2, shape[-1])).astype("float32")
     norm.set_weights(
         [w for w, kept in ((gamma, norm.gamma), (beta, norm.beta)) if kept is not None]
     )
-    mean = x.mean(axis=axis, keepdims=True)
-    var = x.var(axis=axis, keepdims=True)
-    along = [1] * len(shape)
-    along[axis] = size
+    mean, var = x.mean(axis=-1, keepdims=True), x.var(axis=-1, keepdims=True)
     want = (x - mean) / np.sqrt(var + kwargs.get("epsilon", 1e-3))
     if norm.gamma is not None:
-        want = want * gamma.reshape(along)
+        want = want * gamma
     if norm.beta is not None:
-        want = want + beta.reshape(along)
+        want = want + beta
     got = norm(x)
     assert keras.backend.standardize_dtype(got.dtype) == norm.compute_dtype
     assert_close(to_numpy(got), want, atol=1e-2 if "16" in case else 1e-5)
