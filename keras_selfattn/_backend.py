@@ -12,6 +12,8 @@ functions:
   (TensorFlow).
 - `scan_blocks`: the chunked path's sequential loop over key blocks
   (`tf.while_loop`, `jax.lax.scan`, a Python loop).
+- `compiling_with_xla`: whether a TensorFlow graph is being traced for XLA
+  (`jit_compile=True`), where the kernel's run-time choice of path differs.
 - `may_need_gradient`: whether the chunked path needs its custom gradient
   (JAX differentiates only traced values; PyTorch records nothing under
   `torch.no_grad` and cannot trace one for ONNX).
@@ -197,6 +199,31 @@ def xla_fused(fn):
 
         _FUSED_CACHE[fn] = fused
     return _FUSED_CACHE[fn]
+
+
+def compiling_with_xla() -> bool:
+    """Whether a TensorFlow graph is being traced to be compiled by XLA.
+
+    True inside a `tf.function(jit_compile=True)` (as Keras's TensorFlow
+    `fit` compiles where a GPU is present), also in a function it calls;
+    False elsewhere, and on JAX and PyTorch (the choice it informs is
+    TensorFlow's only). TensorFlow marks such a graph with an XLA control
+    flow context, which `control_flow_util.GraphOrParentsInXlaContext`
+    reads (TensorFlow's own ops ask it the same way); where that private
+    module is missing, False.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return False
+    import tensorflow as tf
+
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # pragma: no cover - a TensorFlow without it
+        return False
+    if tf.executing_eagerly():
+        return False
+    graph = tf.compat.v1.get_default_graph()
+    return control_flow_util.GraphOrParentsInXlaContext(graph)
 
 
 def may_need_gradient(*tensors) -> bool:
@@ -413,7 +440,8 @@ def scan_blocks(step, carry, xs, ys_specs, work=None):
         carry: Tuple of tensors, the initial carry.
         xs: Tuple of tensors sharing a static leading (block) axis.
         ys_specs: Tuple of `(shape, dtype)`, one per tensor in `ys`; shapes
-            without the block axis, `None` for an unknown dimension.
+            without the block axis, `None` for an unknown dimension. (A
+            single block is `step` called once: no loop, no specs used.)
         work: Optional integer, the number of elements of the whole
             (batch, heads, q_len, k_len) problem; JAX unrolls the loop when
             it is small. Defaults to `None` (never unroll).
@@ -423,6 +451,9 @@ def scan_blocks(step, carry, xs, ys_specs, work=None):
     """
     backend = keras.backend.backend()
     num_blocks = xs[0].shape[0]
+    if num_blocks == 1:  # One block (of any size): no loop to build.
+        carry, ys = step(carry, tuple(x[0] for x in xs))
+        return carry, tuple(ops.expand_dims(y, 0) for y in ys)
     if backend == "tensorflow":
         import tensorflow as tf
 
