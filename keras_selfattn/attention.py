@@ -566,7 +566,8 @@ def masked_softmax(
 # (batch, heads, q_len, chunk_size) block of logits exists at a time, so memory
 # grows linearly with the sequence length. The backward pass does not keep the
 # blocks either: a custom gradient recomputes each block's weights from the
-# saved log-sum-exp, FlashAttention-2 style, so training is linear too.
+# saved row maximum and log of the row sum (their sum is FlashAttention-2's
+# log-sum-exp, kept in two parts for precision), so training is linear too.
 
 
 def _mask_block(s, bias, keep):
@@ -603,9 +604,15 @@ def _block_logits(q, k_block):
     return ops.matmul(q, ops.swapaxes(ops.expand_dims(k_block, 2), -1, -2))
 
 
-def _block_weights(s, bias, keep, lse):
-    """The softmax weights of one key block, recomputed from the log-sum-exp."""
-    return ops.exp(ops.subtract(_mask_block(s, bias, keep), lse))
+def _block_weights(s, bias, keep, row_max, log_sum):
+    """The softmax weights of one key block, recomputed from the forward
+    pass's row maximum and log of the row sum: `exp((s - max) - log sum)`.
+    Their sum, the log-sum-exp, would round away a large maximum's low bits
+    (at logits near 1e3 by about 6e-5), and with them the weights' and the
+    gradients' precision; `s - max` keeps them, as the plain path's softmax
+    does."""
+    s = _mask_block(s, bias, keep)
+    return ops.exp(ops.subtract(ops.subtract(s, row_max), log_sum))
 
 
 def _block_logit_grads(p, d_p, delta):
@@ -815,18 +822,15 @@ def _chunked_attention(
             step, init, (k_blocks, v_blocks, *others), (), work
         )
         # A row whose maximum is still the mask constant saw no allowed key:
-        # zeros out, and a log-sum-exp so large that every recomputed weight
-        # of that row is exactly zero in the backward pass.
+        # zeros out, and a maximum so large that every recomputed weight of
+        # that row is exactly zero in the backward pass.
         seen = _sees_a_key(running_max)
         out = ops.where(seen, ops.divide(acc, running_sum), 0.0)
-        lse = ops.where(
-            seen,
-            ops.add(running_max, ops.log(running_sum)),
-            _constant(-_MASKED_LOGIT, wide),
-        )
-        return out, lse
+        row_max = ops.where(seen, running_max, _constant(-_MASKED_LOGIT, wide))
+        log_sum = ops.where(seen, ops.log(running_sum), 0.0)
+        return out, (row_max, log_sum)
 
-    def backward(q, k_blocks, v_blocks, extras, names, size, out, lse, d_out):
+    def backward(q, k_blocks, v_blocks, extras, names, size, out, stats, d_out):
         others, constant_mask = unpack_extras(extras)
         delta = ops.sum(ops.multiply(d_out, out), axis=-1, keepdims=True)
 
@@ -835,7 +839,7 @@ def _chunked_attention(
             k_block, v_block, start, bias, mask_block = unpack(names, x)
             s = ops.einsum("bhgqd,bhkd->bhgqk", q, k_block)
             keep = allowed(start, mask_block, constant_mask, size)
-            p = _backend.xla_fused(_block_weights)(s, bias, keep, lse)
+            p = _backend.xla_fused(_block_weights)(s, bias, keep, *stats)
             # The kv heads' gradients sum over their groups of query heads.
             d_v = ops.einsum("bhgqk,bhgqd->bhkd", p, d_out)
             d_p = ops.einsum("bhgqd,bhkd->bhgqk", d_out, v_block)
@@ -872,12 +876,12 @@ def _chunked_attention(
             q, k_blocks, v_blocks = (
                 ops.stop_gradient(t) for t in (q, k_blocks, v_blocks)
             )
-            out, lse = forward(q, k_blocks, v_blocks, extras, names, size)
+            out, stats = forward(q, k_blocks, v_blocks, extras, names, size)
 
             def grad(*args, upstream=None):
                 d_out = grad_of(args, upstream)
                 d_qkv = backward(
-                    q, k_blocks, v_blocks, extras, names, size, out, lse, d_out
+                    q, k_blocks, v_blocks, extras, names, size, out, stats, d_out
                 )
                 return (*d_qkv, *(None for _ in extras))  # masks, starts: none
 
@@ -904,7 +908,7 @@ def _chunked_attention(
         @ops.custom_gradient
         def attend(q, k, v):
             q, k, v = (ops.stop_gradient(t) for t in (q, k, v))
-            out, lse = _switch(choice, branches(forward_run, q, k, v))
+            out, stats = _switch(choice, branches(forward_run, q, k, v))
 
             def grad(*args, upstream=None):
                 d_out = grad_of(args, upstream)
@@ -912,7 +916,7 @@ def _chunked_attention(
                 def backward_run(q, names, xs, size):
                     extras = with_constant(xs[2:])
                     d_q, d_k, d_v = backward(
-                        q, *xs[:2], extras, names, size, out, lse, d_out
+                        q, *xs[:2], extras, names, size, out, stats, d_out
                     )
                     return d_q, unblock(d_k), unblock(d_v)
 
@@ -1445,7 +1449,7 @@ def scaled_dot_product_attention(
     length. The chunked path cuts the keys into blocks of `chunk_size` and
     keeps a running maximum and sum per query (an online softmax, as in
     FlashAttention); its backward pass recomputes each block's weights from
-    the saved log-sum-exp instead of storing them. Its memory grows linearly
+    the saved row maximum and log-sum instead of storing them. Its memory grows linearly
     with the sequence length, in training too, and its results equal the
     plain path's within float32 rounding (the tests allow 1e-5). In a
     TensorFlow graph traced for any length (Keras's `fit`, `evaluate` and

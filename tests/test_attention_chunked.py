@@ -215,6 +215,31 @@ def test_nan_and_inf_padding_change_no_real_output_nor_gradient(
     assert len(chunked_calls) == 3
 
 
+@pytest.mark.tensorflow_only  # float64 is computed in float64 on TensorFlow
+def test_gradients_at_large_logits_are_as_precise_as_the_plain_paths(rng):
+    # Logits near 1e3: float32 holds them to about 6e-5, and the backward
+    # pass recomputes the weights from them. From their log-sum-exp (until
+    # 2026-12-08) the chunked path's query gradient here was 3.0x further
+    # from a float64 reference than the plain path's; from the row maximum
+    # and the log-sum, kept apart, it is as far.
+    q, k, v = _qkv(rng, q_len=64, k_len=64, heads=2, dim=16, value_dim=16)
+    q = q * 1000.0
+    upstream = rng.normal(size=v.shape)
+    inputs = (q, k, v)
+
+    def grads(dtype, **options):
+        args = [a.astype(dtype) for a in inputs]
+        fn = lambda q, k, v: sdpa(q, k, v, **options)  # noqa: E731
+        return output_and_grads(fn, args, upstream.astype(dtype))[1]
+
+    reference = grads("float64")
+    plain, chunked = grads("float32"), grads("float32", chunk_size=16)
+    for name, want, p, c in zip("qkv", reference, plain, chunked, strict=True):
+        plain_error = np.abs(to_numpy(p) - want).max()
+        chunked_error = np.abs(to_numpy(c) - want).max()
+        assert chunked_error <= 1.2 * plain_error, (name, chunked_error, plain_error)
+
+
 # ------------------------------------------------------------------ selection
 
 
