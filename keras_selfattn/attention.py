@@ -1182,7 +1182,9 @@ def plan_attention(
        `False`, `value_dim == dim`, and float32 inputs or an accelerator,
        whose fused kernels accumulate in float32), else the plain path. If
        it does not fit: the chunked path, with the fastest block size of
-       `CHUNK_SIZES` whose blocks fit the budget (the smallest if none do).
+       `CHUNK_SIZES` whose blocks fit the budget (the smallest if none do),
+       except where a traced key length fits in one such block (as in
+       rule 3, for the same reason): the path that fits, above.
 
     The masks (`mask`, `padding_mask`), `causal` and `sliding_window` are
     taken by every path and change no choice.
@@ -1255,7 +1257,8 @@ def plan_attention(
     rows = (batch or 1) * heads * q_len
     footprint = rows * k_len * per_element
     choice = _budget_choice(rows, k_len, per_element, memory_budget)
-    if choice == 0:
+    traced = not isinstance(k_len, numbers.Number)
+    if choice == 0 or (traced and k_len <= CHUNK_SIZES[choice - 1]):
         return AttentionPlan(path, footprint=footprint)
     return AttentionPlan("chunked", CHUNK_SIZES[choice - 1], footprint)
 

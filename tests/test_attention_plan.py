@@ -161,6 +161,20 @@ CASES = {
         16 * GIB,
         ("chunked", 64),
     ),
+    # Without a chunk_size, over the budget: the same (the ONNX file of a
+    # small memory budget computed no other length, 2026-12-08).
+    "traced-length-in-one-block-over-budget-fused": (
+        dict(q_len=np.array(1), k_len=np.array(1)),
+        "torch",
+        1,
+        ("fused", None),
+    ),
+    "traced-length-beyond-one-block-over-budget-chunked": (
+        dict(k_len=np.array(_SMALLEST + 1)),
+        "torch",
+        1,
+        ("chunked", _SMALLEST),
+    ),
     "flash-true-fused-beyond-budget": (
         dict(flash_attention=True),
         "torch",
