@@ -13,8 +13,9 @@ graph and under XLA (`jit_compile=True`, as Keras compiles by default), of:
   the baseline;
 - `keras_selfattn.SelfAttention(dim, num_heads=heads)` ("ours"), the
   run-time plan;
-- the same layer with the plain path that such graphs took until
-  2026-12-08 ("ours, plain"): `plan_attention` patched for the run, as
+- the same layer with the plain path at every length, as such graphs ran
+  until 2026-12-08 ("ours, plain"; the plain path of the checkout, which
+  that day got faster there): `plan_attention` patched for the run, as
   `benchmarks/cache_update.py` patches the cache update.
 
 The three alternate, `--repeats` times `--steps` steps each, at each length

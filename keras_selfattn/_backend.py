@@ -12,8 +12,6 @@ functions:
   (TensorFlow).
 - `scan_blocks`: the chunked path's sequential loop over key blocks
   (`tf.while_loop`, `jax.lax.scan`, a Python loop).
-- `compiling_with_xla`: whether a TensorFlow graph is being traced for XLA
-  (`jit_compile=True`), where the kernel's run-time choice of path differs.
 - `may_need_gradient`: whether the chunked path needs its custom gradient
   (JAX differentiates only traced values; PyTorch records nothing under
   `torch.no_grad` and cannot trace one for ONNX).
@@ -199,31 +197,6 @@ def xla_fused(fn):
 
         _FUSED_CACHE[fn] = fused
     return _FUSED_CACHE[fn]
-
-
-def compiling_with_xla() -> bool:
-    """Whether a TensorFlow graph is being traced to be compiled by XLA.
-
-    True inside a `tf.function(jit_compile=True)` (as Keras's TensorFlow
-    `fit` compiles where a GPU is present), also in a function it calls;
-    False elsewhere, and on JAX and PyTorch (the choice it informs is
-    TensorFlow's only). TensorFlow marks such a graph with an XLA control
-    flow context, which `control_flow_util.GraphOrParentsInXlaContext`
-    reads (TensorFlow's own ops ask it the same way); where that private
-    module is missing, False.
-    """
-    if keras.backend.backend() != "tensorflow":
-        return False
-    import tensorflow as tf
-
-    try:
-        from tensorflow.python.ops import control_flow_util
-    except ImportError:  # pragma: no cover - a TensorFlow without it
-        return False
-    if tf.executing_eagerly():
-        return False
-    graph = tf.compat.v1.get_default_graph()
-    return control_flow_util.GraphOrParentsInXlaContext(graph)
 
 
 def may_need_gradient(*tensors) -> bool:

@@ -433,8 +433,16 @@ def _plain_attention(
         query = ops.cast(query, wide)
         key = ops.cast(key, wide)
     groups = query.shape[2] // key.shape[2]
-    query = _split_heads(ops.multiply(query, _constant(scale, wide)), 2, groups)
-    logits = _merge_heads(ops.einsum("bqhgd,bkhd->bhgqk", query, key), 1)
+    query = ops.multiply(query, _constant(scale, wide))
+    if groups == 1:
+        # 4-D products where there are no groups: TensorFlow's einsum of
+        # the 5-D ones is slow in a graph of unknown length (the products
+        # and softmax, trained, n = 512: 104 ms against 54 ms, 2026-12-08;
+        # docs/performance.md, "Any length").
+        logits = ops.einsum("bqhd,bkhd->bhqk", query, key)
+    else:
+        query = _split_heads(query, 2, groups)
+        logits = _merge_heads(ops.einsum("bqhgd,bkhd->bhgqk", query, key), 1)
     if padding_mask is not None:
         # The bias first: Keras's TensorFlow `add` takes a second argument that
         # squeezes to one axis for a bias of the first one's axis 1 or last
@@ -466,8 +474,12 @@ def _plain_attention(
         scores = ops.cast(scores, compute_dtype)
     if training and dropout > 0.0:
         weights = keras.random.dropout(weights, dropout, seed=seed)
-    weights = _split_heads(ops.cast(weights, value.dtype), 1, groups)
-    output = _merge_heads(ops.einsum("bhgqk,bkhd->bqhgd", weights, value), 2)
+    weights = ops.cast(weights, value.dtype)
+    if groups == 1:
+        output = ops.einsum("bhqk,bkhd->bqhd", weights, value)
+    else:
+        weights = _split_heads(weights, 1, groups)
+        output = _merge_heads(ops.einsum("bhgqk,bkhd->bqhgd", weights, value), 2)
     if has_key is not None:
         has_key = ops.transpose(has_key, (0, 2, 1, 3))  # (B|1, Tq|1, H|1, 1)
         output = ops.where(has_key, output, ops.zeros((), output.dtype))
@@ -1668,17 +1680,17 @@ def scaled_dot_product_attention(
             )
         return output, None
 
-    if plan.path == "run-time" and training and _backend.compiling_with_xla():
-        # Training under XLA takes the gradient through the choice, a
-        # `tf.switch_case`: XLA compiles the branch the lengths choose
-        # alone, and the plain path keeps its weights for the backward pass.
-        # The "run-time" path's custom gradient recomputes them, which
-        # costs much under XLA and little in a plain graph: one training
-        # step at n = 128 / 512 / 1024 over Keras's, under XLA 1.18 / 1.11 /
-        # 1.39x with the custom gradient, 0.56 / 0.63 / 0.76x switched; in
-        # a plain graph 1.03 / 1.14 / 1.08x with it, 1.30 / 1.44 / 1.20x
-        # switched (`benchmarks/any_length.py`, three runs on 2026-12-08,
-        # 2-core AMD EPYC: docs/performance.md, "Any length").
+    if plan.path == "run-time" and training:
+        # Training takes the gradient through the choice, a
+        # `tf.switch_case`: XLA compiles the branch the lengths choose alone,
+        # and the plain path keeps its weights for the backward pass, where
+        # the "run-time" path's custom gradient recomputes them. One
+        # training step at n = 128 / 512 / 1024 over Keras's
+        # (`benchmarks/any_length.py`, 2026-12-08, 2-core AMD EPYC;
+        # docs/performance.md, "Any length"): 0.95 / 0.93 / 0.91x in a plain
+        # graph, 0.76 / 0.88 / 0.83x under XLA; with the custom gradient,
+        # in earlier runs that day, 1.03 / 1.14 / 1.08x and 1.18 / 1.11 /
+        # 1.39x.
         def branch(size):
             return lambda: run("plain" if size is None else "chunked", size)[0]
 

@@ -1,6 +1,6 @@
 """The backend seam: `values_known` (eager values are read, traced ones not),
-`comparable_dim`, `compiling_with_xla`, `positions`, `update_cache`,
-`may_need_gradient` and the fused kernel under torch.compile."""
+`comparable_dim`, `positions`, `update_cache`, `may_need_gradient` and the
+fused kernel under torch.compile."""
 
 from __future__ import annotations
 
@@ -46,25 +46,6 @@ def test_comparable_dims_are_ints_and_symbolic_ones_unknown():
 
         (batch,) = export.symbolic_shape("batch")
         assert _backend.comparable_dim(batch) is None
-
-
-def test_compiling_with_xla_only_in_a_graph_traced_for_xla():
-    assert not _backend.compiling_with_xla()  # eagerly, on every backend
-    if BACKEND != "tensorflow":
-        return
-    import tensorflow as tf
-
-    seen = {}
-
-    def note(name):
-        return tf.function(lambda x: seen.setdefault(name, []).append(
-            _backend.compiling_with_xla()) or x)  # fmt: skip
-
-    plain, called_by_xla = note("graph"), note("called under XLA")
-    tf.function(lambda x: plain(x))(tf.ones(1))
-    xla = tf.function(lambda x: note("xla")(called_by_xla(x)), jit_compile=True)
-    xla(tf.ones(1))
-    assert seen == {"graph": [False], "called under XLA": [True], "xla": [True]}
 
 
 @pytest.mark.parametrize("length", [0, 1, 7], ids=["empty", "one", "seven"])
