@@ -994,11 +994,11 @@ def _query_has_key(mask):
 # kernel); its constant stays at the plain path's until a GPU is measured.
 TRAINING_BYTES_PER_ELEMENT = {
     "tensorflow": {"plain": 13, "fused": 13},
-    "jax": {"plain": 17, "fused": 17},
+    "jax": {"plain": 21, "fused": 21},  # 17 until 2026-12-08 (JAX 0.10.2: 20.4)
     "torch": {"plain": 13, "fused": 13},
 }
 # Any other backend (no gradient machinery measured): the largest above.
-_DEFAULT_BYTES_PER_ELEMENT = 17
+_DEFAULT_BYTES_PER_ELEMENT = 21
 
 # The block sizes of the automatic chunked path, fastest first: on a quiet
 # 2-core CPU (TensorFlow, fwd+bwd under tf.function, n = 8192, batch 1, dim
