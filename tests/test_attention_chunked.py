@@ -394,6 +394,42 @@ def test_tf_function_static_and_unknown_lengths(rng, chunked_calls, jit_compile)
         np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=ATOL)
 
 
+def _check_in_a_graph_of_unknown_lengths(rng, q_len, k_len, options, jit=False, **call):
+    """The kernel with `options` and `call` in a TensorFlow graph traced for
+    any length (grouped heads, 3 on 1; a mask with fully-masked rows and a
+    padding mask), differentiated there: its output and gradients equal the
+    plain path's, called eagerly with `options`."""
+    import tensorflow as tf
+
+    q, _, _ = _qkv(rng, q_len=q_len, k_len=k_len)
+    _, k, v = _qkv(rng, q_len=q_len, k_len=k_len, heads=1)  # grouped: 3 on 1
+    mask = _mask(rng, "full", 2, q_len, k_len, 3)
+    padding = np.ones((2, k_len), bool)
+    padding[1, k_len // 2 :] = False
+    upstream = rng.normal(size=(2, q_len, 3, 8)).astype("float32")
+    want, want_grads = output_and_grads(
+        lambda q, k, v: sdpa(
+            q, k, v, mask, padding_mask=padding, return_scores=True, **options
+        )[0],
+        (q, k, v),
+        upstream,
+    )
+    specs = [tf.TensorSpec((None, None, heads, 8)) for heads in (3, 1, 1)]
+
+    @tf.function(input_signature=specs, jit_compile=jit)
+    def step(q, k, v):
+        with tf.GradientTape() as tape:
+            tape.watch([q, k, v])
+            out = sdpa(q, k, v, mask, padding_mask=padding, **options, **call)
+            loss = tf.reduce_sum(out * upstream)
+        return out, tape.gradient(loss, [q, k, v])
+
+    out, grads = step(*map(tf.constant, (q, k, v)))
+    np.testing.assert_allclose(to_numpy(out), want, atol=ATOL)
+    for got, expected in zip(grads, want_grads, strict=True):
+        np.testing.assert_allclose(to_numpy(got), expected, atol=ATOL)
+
+
 _UNKNOWN_LENGTHS = {
     # (q_len, k_len): a last block that is full, padded, and a single block.
     "full-blocks": (10, 10),
@@ -410,38 +446,10 @@ def test_tf_graph_of_unknown_lengths_keeps_the_chunked_path(
     # Keras's TensorFlow `fit`, `evaluate` and `predict` retrace for any
     # length from the second length they meet on (`reduce_retracing`): with
     # the plain path there, a `chunk_size` layer's memory was quadratic.
-    import tensorflow as tf
-
     q_len, k_len = _UNKNOWN_LENGTHS[lengths]
-    q, _, _ = _qkv(rng, q_len=q_len, k_len=k_len)
-    _, k, v = _qkv(rng, q_len=q_len, k_len=k_len, heads=1)  # grouped: 3 on 1
-    mask = _mask(rng, "full", 2, q_len, k_len, 3)
-    padding = np.ones((2, k_len), bool)
-    padding[1, k_len // 2 :] = False
     options = dict(causal=True, sliding_window=4)
-    upstream = rng.normal(size=(2, q_len, 3, 8)).astype("float32")
-    want, want_grads = output_and_grads(
-        lambda q, k, v: sdpa(
-            q, k, v, mask, padding_mask=padding, flash_attention=False, **options
-        ),
-        (q, k, v),
-        upstream,
-    )
-    specs = [tf.TensorSpec((None, None, heads, 8)) for heads in (3, 1, 1)]
-
-    @tf.function(input_signature=specs)
-    def chunked(q, k, v):
-        with tf.GradientTape() as tape:
-            tape.watch([q, k, v])
-            out = sdpa(q, k, v, mask, padding_mask=padding, chunk_size=4, **options)
-            loss = tf.reduce_sum(out * upstream)
-        return out, tape.gradient(loss, [q, k, v])
-
-    out, grads = chunked(*map(tf.constant, (q, k, v)))
+    _check_in_a_graph_of_unknown_lengths(rng, q_len, k_len, options, chunk_size=4)
     assert chunked_calls == [4]
-    np.testing.assert_allclose(to_numpy(out), want, atol=ATOL)
-    for got, expected in zip(grads, want_grads, strict=True):
-        np.testing.assert_allclose(to_numpy(got), expected, atol=ATOL)
 
 
 @pytest.mark.tensorflow_only
@@ -525,43 +533,15 @@ def test_run_time_plan_equals_the_plain_path(
     # gradient holds the choice: XLA compiles both branches of a `tf.cond`,
     # and a gradient through one fails there (its branches' intermediates
     # differ in shape).
-    import tensorflow as tf
-
     budget, (q_len, k_len) = _RUN_TIME_PATHS[path]
-    q, _, _ = _qkv(rng, q_len=q_len, k_len=k_len)
-    _, k, v = _qkv(rng, q_len=q_len, k_len=k_len, heads=1)  # grouped: 3 on 1
-    mask = _mask(rng, "full", 2, q_len, k_len, 3)
-    padding = np.ones((2, k_len), bool)
-    padding[1, k_len // 2 :] = False
     offset = max(k_len - q_len, 0)
     options = dict(causal=True, sliding_window=150, query_offset=offset)
-    upstream = rng.normal(size=(2, q_len, 3, 8)).astype("float32")
-    want, want_grads = output_and_grads(
-        lambda q, k, v: sdpa(
-            q, k, v, mask, padding_mask=padding, return_scores=True, **options
-        )[0],
-        (q, k, v),
-        upstream,
-    )
     memory_budget(budget)
-    specs = [tf.TensorSpec((None, None, heads, 8)) for heads in (3, 1, 1)]
-
-    @tf.function(input_signature=specs, jit_compile=jit)
-    def run_time(q, k, v):
-        with tf.GradientTape() as tape:
-            tape.watch([q, k, v])
-            out = sdpa(
-                q, k, v, mask, padding_mask=padding, training=training, **options
-            )
-            loss = tf.reduce_sum(out * upstream)
-        return out, tape.gradient(loss, [q, k, v])
-
-    out, grads = run_time(*map(tf.constant, (q, k, v)))
+    _check_in_a_graph_of_unknown_lengths(
+        rng, q_len, k_len, options, jit=jit, training=training
+    )
     sizes = attention_module.CHUNK_SIZES
     assert chunked_calls == (list(sizes) if training else [(None, *sizes)])
-    np.testing.assert_allclose(to_numpy(out), want, atol=ATOL)
-    for got, expected in zip(grads, want_grads, strict=True):
-        np.testing.assert_allclose(to_numpy(got), expected, atol=ATOL)
 
 
 @pytest.mark.tensorflow_only

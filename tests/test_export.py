@@ -313,14 +313,26 @@ def test_token_ids_of_an_unknown_length_export(tmp_path, export_format):
     if release(keras.__version__) >= release(GQA_KERAS_NEEDED):
         outputs.append(GroupQueryAttention(4, 4, 2)(x, x))
     model = keras.Model(ids, outputs)
-    rng = np.random.default_rng(5)
+    feeds = _padded_ids(5, (1, 5, 16))
+    expected = [[keras.ops.convert_to_numpy(y) for y in model(f)] for f in feeds]
+    path = _exported(model, tmp_path / "ids", export_format)
+    _assert_computes(export_format, path, feeds, expected)
+
+
+def _padded_ids(seed: int, lengths) -> list:
+    """Token ids, (2, length) for each length, the second sequence padded."""
+    rng = np.random.default_rng(seed)
     feeds = []
-    for length in (1, 5, 16):
+    for length in lengths:
         feed = rng.integers(1, VOCAB, size=(2, length)).astype("int32")
         feed[1, length // 2 + 1 :] = 0  # padding in the second sequence
         feeds.append(feed)
-    expected = [[keras.ops.convert_to_numpy(y) for y in model(f)] for f in feeds]
-    path = _exported(model, tmp_path / "ids", export_format)
+    return feeds
+
+
+def _assert_computes(export_format, path, feeds, expected):
+    """The exported file at `path`, fed each of `feeds` as "ids", gives the
+    outputs of `expected` (one list of outputs per feed)."""
     for feed, want in zip(feeds, expected, strict=True):
         got = _run_exported(export_format, path, {"ids": feed})
         assert len(got) == len(want)
@@ -348,12 +360,7 @@ def test_the_choice_at_run_time_exports(
         MultiHeadAttention(2, 4, flash_attention=False)(x, x),
     ]
     model = keras.Model(ids, outputs)
-    rng = np.random.default_rng(7)
-    feeds = []
-    for length in (1, 5, 200):
-        feed = rng.integers(1, VOCAB, size=(2, length)).astype("int32")
-        feed[1, length // 2 + 1 :] = 0  # padding in the second sequence
-        feeds.append(feed)
+    feeds = _padded_ids(7, (1, 5, 200))
     memory_budget(10**15)
     expected = [[keras.ops.convert_to_numpy(y) for y in model(f)] for f in feeds]
     memory_budget(1)
@@ -361,11 +368,7 @@ def test_the_choice_at_run_time_exports(
     if BACKEND == "tensorflow":  # both layers exported the choice
         sizes = (None, *attention_module.CHUNK_SIZES)
         assert chunked_calls.count(sizes) >= 2, chunked_calls
-    for feed, want in zip(feeds, expected, strict=True):
-        got = _run_exported(export_format, path, {"ids": feed})
-        for i, (output, w) in enumerate(zip(got, want, strict=True)):
-            where = f"output {i}, length {feed.shape[1]}"
-            np.testing.assert_allclose(output, w, atol=1e-5, rtol=0, err_msg=where)
+    _assert_computes(export_format, path, feeds, expected)
 
 
 @pytest.fixture(scope="module")
