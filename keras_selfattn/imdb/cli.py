@@ -421,7 +421,7 @@ def _serve(args: argparse.Namespace) -> None:
     try:
         from keras_selfattn.imdb import serve
     except ModuleNotFoundError as error:
-        extra = "pip install 'keras-selfattn[serve]'"
+        extra = "pip install '.[serve]' (in the keras-selfattn checkout)"
         raise CliError(f"serve needs {error.name}: {extra}") from None
     try:
         serve.serve(args.model, args.host, args.port)

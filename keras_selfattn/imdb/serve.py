@@ -1,7 +1,7 @@
 """An HTTP server for the IMDB model: a JSON API and a page that shows what it read.
 
 `keras-selfattn serve MODEL` loads the model once and serves, with FastAPI on
-uvicorn (`pip install "keras-selfattn[serve]"`):
+uvicorn (`pip install ".[serve]"`):
 
 - `POST /v1/predict`: `{"texts": [...]}` (1 to 64 strings) in;
   `{"predictions": [{"label": "positive", "probability": 0.93}, ...]}` out.

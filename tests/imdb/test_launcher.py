@@ -121,7 +121,10 @@ def test_without_the_demo_one_line_names_the_install_and_exits_2(
     assert captured.out == ""
     lines = captured.err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("keras-selfattn: ")
-    assert missing in lines[0] and 'pip install "keras-selfattn[demo]"' in lines[0]
+    assert (
+        missing in lines[0]
+        and 'pip install ".[demo]" (in the keras-selfattn checkout)' in lines[0]
+    )
     # Called in-process, the command line says the same and returns 2.
     assert cli.main(["predict", "model.keras", "text"]) == 2
     assert capsys.readouterr().err.splitlines() == [
