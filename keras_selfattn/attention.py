@@ -1464,9 +1464,10 @@ def scaled_dot_product_attention(
     length. The chunked path cuts the keys into blocks of `chunk_size` and
     keeps a running maximum and sum per query (an online softmax, as in
     FlashAttention); its backward pass recomputes each block's weights from
-    the saved row maximum and log-sum instead of storing them. Its memory grows linearly
-    with the sequence length, in training too, and its results equal the
-    plain path's within float32 rounding (the tests allow 1e-5). In a
+    the saved row maximum and log-sum instead of storing them. Its memory
+    grows linearly with the sequence length, in training too, and its
+    results equal the plain path's within float32 rounding (the tests allow
+    1e-5). In a
     TensorFlow graph traced for any length (Keras's `fit`, `evaluate` and
     `predict` trace one from the second length they meet on) an explicit
     `chunk_size` keeps it, its loop counting the blocks at run time, and
