@@ -2,21 +2,20 @@
 
 Keras's TensorFlow `fit`, `evaluate` and `predict` trace their step for any
 sequence length from the second length they meet on (`reduce_retracing`),
-so the kernel sees the length as unknown there, and chooses its path when
-the graph runs (the `"run-time"` plan of `keras_selfattn.plan_attention`).
-This script times one training step (forward and backward with a
+so the kernel sees the length as unknown there: it takes the plain path, or
+the chunked one with an explicit `chunk_size` (`keras_selfattn.plan_attention`,
+rule 2). This script times one training step (forward and backward with a
 `tf.GradientTape`, batch `--batch`, model dim `--dim`, `--heads` heads) in
 a `tf.function` whose input signature leaves the length unknown, in a plain
-graph and under XLA (`jit_compile=True`, as Keras compiles by default), of:
+graph and under XLA (`jit_compile=True`, as Keras compiles where a GPU is
+present), of:
 
 - `keras.layers.MultiHeadAttention(heads, dim // heads)` ("Keras MHA"),
   the baseline;
-- `keras_selfattn.SelfAttention(dim, num_heads=heads)` ("ours"), the
-  run-time plan;
-- the same layer with the plain path at every length, as such graphs ran
-  until 2026-12-08 ("ours, plain"; the plain path of the checkout, which
-  that day got faster there): `plan_attention` patched for the run, as
-  `benchmarks/cache_update.py` patches the cache update.
+- `keras_selfattn.SelfAttention(dim, num_heads=heads)` ("ours"): the
+  plain path;
+- the same layer with `chunk_size=256` ("ours, chunk_size=256"): the
+  chunked path, its loop counting the blocks when the graph runs.
 
 The three alternate, `--repeats` times `--steps` steps each, at each length
 of `--lengths`; printed per mode and length: the median milliseconds per
@@ -41,18 +40,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import _environment
 
-ARMS = ("Keras MHA", "ours", "ours, plain")
-
-
-def as_before(plan_attention):
-    """`plan_attention` with the plain path where it now plans at run time."""
-    from keras_selfattn import AttentionPlan
-
-    def plan(**arguments):
-        chosen = plan_attention(**arguments)
-        return AttentionPlan("plain") if chosen.path == "run-time" else chosen
-
-    return plan
+ARMS = ("Keras MHA", "ours", "ours, chunk_size=256")
 
 
 def make_step(arm: str, dim: int, heads: int, jit: bool):
@@ -70,7 +58,8 @@ def make_step(arm: str, dim: int, heads: int, jit: bool):
             return layer(x, x, training=True)
 
     else:
-        layer = keras_selfattn.SelfAttention(dim, num_heads=heads)
+        chunk = 256 if arm == ARMS[2] else None
+        layer = keras_selfattn.SelfAttention(dim, num_heads=heads, chunk_size=chunk)
         layer.build((None, None, dim))
 
         def call(x):
@@ -97,21 +86,13 @@ def main(argv: list[str] | None = None) -> None:
     print(_environment.header())
     import tensorflow as tf
 
-    from keras_selfattn import attention
-
-    original = attention.plan_attention
     lengths = [int(n) for n in args.lengths.split(",")]
     for mode, jit in (("tf.function", False), ("XLA", True)):
         steps = {arm: make_step(arm, args.dim, args.heads, jit) for arm in ARMS}
 
         def run(arm, x, steps=steps):
-            before = ARMS[2] == arm
-            attention.plan_attention = as_before(original) if before else original
-            try:
-                loss, _ = steps[arm](x)
-                loss.numpy()
-            finally:
-                attention.plan_attention = original
+            loss, _ = steps[arm](x)
+            loss.numpy()
 
         for n in lengths:
             x = tf.random.normal((args.batch, n, args.dim), seed=n)
@@ -124,11 +105,11 @@ def main(argv: list[str] | None = None) -> None:
                     for _ in range(args.steps):
                         run(arm, x)
                     times[arm].append((time.perf_counter() - start) / args.steps * 1e3)
-            keras_ms, ours, plain = (np.median(times[arm]) for arm in ARMS)
+            keras_ms, ours, chunked = (np.median(times[arm]) for arm in ARMS)
             print(
                 f"{mode:11s} n={n:5d}  Keras MHA {keras_ms:8.2f} ms  ours "
-                f"{ours:8.2f} ms ({ours / keras_ms:.2f}x)  ours, plain "
-                f"{plain:8.2f} ms ({plain / keras_ms:.2f}x)"
+                f"{ours:8.2f} ms ({ours / keras_ms:.2f}x)  ours, chunk_size=256 "
+                f"{chunked:8.2f} ms ({chunked / keras_ms:.2f}x)"
             )
 
 

@@ -12,7 +12,6 @@ kernels, the block loop, XLA fusion) lives in one place, the backend seam
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import math
 import numbers
@@ -438,7 +437,7 @@ def _plain_attention(
         # 4-D products where there are no groups: TensorFlow's einsum of
         # the 5-D ones is slow in a graph of unknown length (the products
         # and softmax, trained, n = 512: 104 ms against 54 ms, 2026-12-08;
-        # docs/performance.md, "Any length").
+        # docs/performance.md, "Unknown lengths").
         logits = ops.einsum("bqhd,bkhd->bhqk", query, key)
     else:
         query = _split_heads(query, 2, groups)
@@ -642,9 +641,8 @@ def _chunked_attention(
     scale: float,
     causal: bool,
     sliding_window: int | None,
-    chunk_size,
+    chunk_size: int,
     query_offset=0,
-    choice=None,
 ):
     """The attention output, computed over blocks of `chunk_size` keys.
 
@@ -660,15 +658,6 @@ def _chunked_attention(
     Everything runs in float32 (float64 for a float64 query) and the output
     comes back in the dtype of `value`.
 
-    `chunk_size` is a positive integer; or, where `choice` is given (a
-    scalar integer tensor: the run-time plan of a TensorFlow graph of
-    unknown length), a tuple of options of which `choice` picks one when
-    the graph runs, `None` meaning one block of all the keys (the plain
-    path's memory, without its loop). Then the custom gradient holds the
-    choice, in the forward and the backward pass alike: no gradient is
-    taken through it (XLA would need the branches' intermediates to have
-    one shape).
-
     The queries are held as (B, kv_heads, groups, Tq, D), so that grouped
     `key` and `value` heads (fewer than the query's) are contracted as they
     are, never repeated; without groups the `groups` axis has size 1.
@@ -680,100 +669,76 @@ def _chunked_attention(
     heads, dim, value_dim = query.shape[2], query.shape[3], value.shape[3]
     kv_heads = key.shape[2]
     groups = heads // kv_heads
-    if k_len is None:
+    if k_len is not None:
+        size = min(chunk_size, k_len)
+        num_blocks = -(-k_len // size)
+        padding = num_blocks * size - k_len
+    else:
         # An unknown length (a TensorFlow graph traced for any length): the
         # blocks' count and the last block's padding are tensors.
         k_len = ops.cast(ops.shape(key)[1], "int32")
+        size = chunk_size
+        num_blocks = ops.floor_divide(ops.add(k_len, size - 1), size)
+        padding = ops.subtract(ops.multiply(num_blocks, size), k_len)
     if q_len is None:
         q_len = ops.shape(query)[1]
-    static = isinstance(k_len, int)
+    pads = not isinstance(padding, int) or padding > 0
 
     wide = _wide(query.dtype)
+
+    def blocks(x):
+        """(B, Tk, Hkv, D) -> (num_blocks, B, Hkv, size, D), float32 (or 64)."""
+        x = ops.cast(x, wide)
+        if pads:
+            x = ops.pad(x, ((0, 0), (0, padding), (0, 0), (0, 0)))
+        x = ops.reshape(x, (-1, num_blocks, size, *x.shape[2:]))
+        return ops.transpose(x, (1, 0, 3, 2, 4))
+
     q = ops.multiply(ops.cast(query, wide), _constant(scale, wide))
     q = ops.transpose(_split_heads(q, 2, groups), (0, 2, 3, 1, 4))
-    dtype = value.dtype
-    key, value = (ops.cast(t, wide) for t in (key, value))
+    k_blocks, v_blocks = blocks(key), blocks(value)
+    # Where each block's keys start, counted from the first query's position:
+    # the rules depend on i - j only, so the offset shifts the blocks' starts
+    # and the rows stay 0..q_len-1.
+    block_starts = ops.multiply(_backend.positions(num_blocks), size)
+    if not _is_zero(query_offset):
+        block_starts = ops.subtract(block_starts, ops.cast(query_offset, "int32"))
     batch = _backend.comparable_dim(query.shape[0])
     known = all(isinstance(n, int) for n in (batch, q_len, k_len))
     work = batch * heads * q_len * k_len if known else None
 
-    # The user mask, as (B|1, kv_heads|1, groups|1, Tq, Tk|1); it is cut
-    # into key blocks too, unless it broadcasts over keys.
-    constant_mask = None
+    # The user mask is cut into key blocks too, unless it broadcasts over keys.
+    mask_blocks = constant_mask = None
     if mask is not None:
+        # (B|1, H|1, Tq, Tk|1) -> (B|1, kv_heads|1, groups|1, Tq, Tk|1).
         if mask.shape[1] == 1:
             mask = ops.expand_dims(mask, 2)
         else:
             mask = _split_heads(mask, 1, groups)
         if mask.shape[-1] == 1:
-            constant_mask, mask = mask, None
-    positional = causal or sliding_window is not None
-
-    def layout(key, value, size):
-        """The blocks of `size` keys (`None`: one block of all of them):
-        `(names, xs, size)`, `xs` the key blocks, the value blocks and the
-        blocks' other tensors, each with a leading block axis, `names`
-        theirs, and the number of keys per block."""
-        if size is None:
-            size, num_blocks, padding = k_len, 1, 0
-        elif static:
-            size = min(size, k_len)
-            num_blocks = -(-k_len // size)
-            padding = num_blocks * size - k_len
+            constant_mask = mask
         else:
-            num_blocks = ops.floor_divide(ops.add(k_len, size - 1), size)
-            padding = ops.subtract(ops.multiply(num_blocks, size), k_len)
-        pads = not isinstance(padding, int) or padding > 0
-        whole = isinstance(num_blocks, int) and num_blocks == 1 and not pads
-
-        def blocks(x):
-            """(B, Tk, Hkv, D) -> (num_blocks, B, Hkv, size, D)."""
-            if whole:  # Also where `size` is unknown.
-                return ops.expand_dims(ops.transpose(x, (0, 2, 1, 3)), 0)
-            if pads:
-                x = ops.pad(x, ((0, 0), (0, padding), (0, 0), (0, 0)))
-            x = ops.reshape(x, (-1, num_blocks, size, *x.shape[2:]))
-            return ops.transpose(x, (1, 0, 3, 2, 4))
-
-        # Where each block's keys start, counted from the first query's
-        # position: the rules depend on i - j only, so the offset shifts the
-        # blocks' starts and the rows stay 0..q_len-1.
-        starts = ops.multiply(_backend.positions(num_blocks), size)
-        if not _is_zero(query_offset):
-            starts = ops.subtract(starts, ops.cast(query_offset, "int32"))
-        names, xs = ["k", "v", "start"], [blocks(key), blocks(value), starts]
-        if mask is not None:
             m = mask
             if pads:
                 m = ops.pad(m, ((0, 0),) * 4 + ((0, padding),), constant_values=False)
             lead = tuple(ops.shape(m)[:4])  # Dynamic where unknown.
             m = ops.reshape(m, (*lead, num_blocks, size))
-            names.append("mask")
-            xs.append(ops.transpose(m, (4, 0, 1, 2, 3, 5)))
-        # Padded keys, and the columns that pad the last block, get a bias.
-        if padding_mask is not None or pads:
-            real = (
-                padding_mask
-                if padding_mask is not None
-                else ops.ones((1, k_len), "bool")
-            )
-            if pads:
-                real = ops.pad(real, ((0, 0), (0, padding)), constant_values=False)
-            bias = _padding_bias(real, wide)
-            lead = ops.shape(bias)[0]  # Dynamic where unknown.
-            bias = ops.reshape(bias, (lead, num_blocks, 1, 1, 1, size))
-            names.append("bias")
-            xs.append(ops.transpose(bias, (1, 0, 2, 3, 4, 5)))
-        return names, xs, size
+            mask_blocks = ops.transpose(m, (4, 0, 1, 2, 3, 5))
+    # Padded keys, and the columns that pad the last block, get a bias.
+    bias_blocks = None
+    if padding_mask is not None or pads:
+        real = (
+            padding_mask if padding_mask is not None else ops.ones((1, k_len), "bool")
+        )
+        if pads:
+            real = ops.pad(real, ((0, 0), (0, padding)), constant_values=False)
+        bias = _padding_bias(real, wide)
+        lead = ops.shape(bias)[0]  # Dynamic where unknown.
+        bias = ops.reshape(bias, (lead, num_blocks, 1, 1, 1, size))
+        bias_blocks = ops.transpose(bias, (1, 0, 2, 3, 4, 5))
+    positional = causal or sliding_window is not None
 
-    def unblock(d_blocks):
-        """The inverse of `layout`'s `blocks` for gradients:
-        (num_blocks, B, Hkv, size, D) -> (B, Tk, Hkv, D)."""
-        x = ops.transpose(d_blocks, (1, 0, 3, 2, 4))
-        x = ops.reshape(x, (ops.shape(x)[0], -1, *x.shape[3:]))
-        return x[:, :k_len]
-
-    def allowed(start, mask_block, constant_mask, size):
+    def allowed(start, mask_block, constant_mask):
         """(…, Tq, size) boolean mask of the key block at `start`, or None."""
         result = mask_block if mask_block is not None else constant_mask
         if positional:
@@ -785,12 +750,18 @@ def _chunked_attention(
             result = rule if result is None else ops.logical_and(result, rule)
         return result
 
+    names = ["k", "v", "start"]
+    xs = [k_blocks, v_blocks, block_starts]
+    for name, blocks_of in (("bias", bias_blocks), ("mask", mask_blocks)):
+        if blocks_of is not None:
+            names.append(name)
+            xs.append(blocks_of)
+
     # The loops read no tensor from this scope: the blocks' other tensors
-    # and `constant_mask` travel as arguments of `attend`, as `extras`.
-    # jax2tf (JAX's SavedModel export) cannot differentiate a custom
-    # gradient that closes over traced values.
-    def with_constant(others):
-        return (*others, *(() if constant_mask is None else (constant_mask,)))
+    # (`xs[2:]`) and `constant_mask` travel as arguments of `attend`, as
+    # `extras`. jax2tf (JAX's SavedModel export) cannot differentiate a
+    # custom gradient that closes over traced values.
+    extras = (*xs[2:], *(() if constant_mask is None else (constant_mask,)))
 
     def unpack_extras(extras):
         """(the blocks' other tensors, constant_mask or None) of `extras`."""
@@ -798,7 +769,7 @@ def _chunked_attention(
             return extras, None
         return extras[:-1], extras[-1]
 
-    def unpack(names, x):
+    def unpack(x):
         """A block's (k, v, start, bias or None, mask or None)."""
         parts = dict(zip(names, x, strict=True))
         return (
@@ -809,14 +780,14 @@ def _chunked_attention(
             parts.get("mask"),
         )
 
-    def forward(q, k_blocks, v_blocks, extras, names, size):
+    def forward(q, k_blocks, v_blocks, extras):
         others, constant_mask = unpack_extras(extras)
 
         def step(carry, x):
             running_max, running_sum, acc = carry
-            k_block, v_block, start, bias, mask_block = unpack(names, x)
+            k_block, v_block, start, bias, mask_block = unpack(x)
             s = _block_logits(q, k_block)
-            keep = allowed(start, mask_block, constant_mask, size)
+            keep = allowed(start, mask_block, constant_mask)
             p, new_max, correction, running_sum = _backend.xla_fused(
                 _online_softmax_block
             )(s, bias, keep, running_max, running_sum)
@@ -824,7 +795,7 @@ def _chunked_attention(
             acc = ops.add(ops.multiply(acc, correction), pv)
             return (new_max, running_sum, acc), ()
 
-        column = ops.zeros_like(q[:, :, :, :, :1])  # no ellipsis: see `_switch`
+        column = ops.zeros_like(q[..., :1])
         init = (
             ops.add(column, _constant(_MASKED_LOGIT, wide)),
             column,
@@ -842,15 +813,15 @@ def _chunked_attention(
         log_sum = ops.where(seen, ops.log(running_sum), 0.0)
         return out, (row_max, log_sum)
 
-    def backward(q, k_blocks, v_blocks, extras, names, size, out, stats, d_out):
+    def backward(q, k_blocks, v_blocks, extras, out, stats, d_out):
         others, constant_mask = unpack_extras(extras)
         delta = ops.sum(ops.multiply(d_out, out), axis=-1, keepdims=True)
 
         def step(carry, x):
             (d_q,) = carry
-            k_block, v_block, start, bias, mask_block = unpack(names, x)
+            k_block, v_block, start, bias, mask_block = unpack(x)
             s = ops.einsum("bhgqd,bhkd->bhgqk", q, k_block)
-            keep = allowed(start, mask_block, constant_mask, size)
+            keep = allowed(start, mask_block, constant_mask)
             p = _backend.xla_fused(_block_weights)(s, bias, keep, *stats)
             # The kv heads' gradients sum over their groups of query heads.
             d_v = ops.einsum("bhgqk,bhgqd->bhkd", p, d_out)
@@ -860,101 +831,36 @@ def _chunked_attention(
             d_k = ops.einsum("bhgqk,bhgqd->bhkd", d_s, q)
             return (d_q,), (d_k, d_v)
 
-        static_size = size if isinstance(size, int) else None
         specs = (
-            ((None, kv_heads, static_size, dim), wide),
-            ((None, kv_heads, static_size, value_dim), wide),
+            ((None, kv_heads, size, dim), wide),
+            ((None, kv_heads, size, value_dim), wide),
         )
         (d_q,), (d_k, d_v) = _backend.scan_blocks(
             step, (ops.zeros_like(q),), (k_blocks, v_blocks, *others), specs, work
         )
         return d_q, d_k, d_v
 
-    def grad_of(upstream_args, upstream):
-        """The upstream gradient, as each backend's custom gradient hands it."""
-        if upstream is None:
-            (upstream,) = upstream_args
-        return upstream
+    @ops.custom_gradient
+    def attend(q, k_blocks, v_blocks, *extras):
+        # stop_gradient: an eager TensorFlow tape would otherwise record the
+        # forward loop and keep every block of weights alive until backprop.
+        q, k_blocks, v_blocks = (ops.stop_gradient(t) for t in (q, k_blocks, v_blocks))
+        out, stats = forward(q, k_blocks, v_blocks, extras)
 
-    if choice is None:
-        names, xs, size = layout(key, value, chunk_size)
-        extras = with_constant(xs[2:])
+        def grad(*args, upstream=None):
+            if upstream is None:
+                (upstream,) = args
+            d_qkv = backward(q, k_blocks, v_blocks, extras, out, stats, upstream)
+            return (*d_qkv, *(None for _ in extras))  # masks, starts: none
 
-        @ops.custom_gradient
-        def attend(q, k_blocks, v_blocks, *extras):
-            # stop_gradient: an eager TensorFlow tape would otherwise record
-            # the forward loop and keep every block of weights alive until
-            # backprop.
-            q, k_blocks, v_blocks = (
-                ops.stop_gradient(t) for t in (q, k_blocks, v_blocks)
-            )
-            out, stats = forward(q, k_blocks, v_blocks, extras, names, size)
+        return out, grad
 
-            def grad(*args, upstream=None):
-                d_out = grad_of(args, upstream)
-                d_qkv = backward(
-                    q, k_blocks, v_blocks, extras, names, size, out, stats, d_out
-                )
-                return (*d_qkv, *(None for _ in extras))  # masks, starts: none
-
-            return out, grad
-
-        if _backend.may_need_gradient(q, *xs[:2]):
-            output = attend(q, *xs[:2], *extras)
-        else:
-            output, _ = forward(q, *xs[:2], extras, names, size)
+    if _backend.may_need_gradient(q, k_blocks, v_blocks):
+        output = attend(q, k_blocks, v_blocks, *extras)
     else:
-        # The run-time choice (TensorFlow, whose custom gradient is always
-        # taken): each branch lays out its own blocks, from the keys and
-        # values as they are.
-        def branches(run, q, k, v):
-            """One function per option of `chunk_size`: `run` on its blocks."""
-            return [
-                functools.partial(lambda size: run(q, *layout(k, v, size)), size)
-                for size in chunk_size
-            ]
-
-        def forward_run(q, names, xs, size):
-            return forward(q, *xs[:2], with_constant(xs[2:]), names, size)
-
-        @ops.custom_gradient
-        def attend(q, k, v):
-            q, k, v = (ops.stop_gradient(t) for t in (q, k, v))
-            out, stats = _switch(choice, branches(forward_run, q, k, v))
-
-            def grad(*args, upstream=None):
-                d_out = grad_of(args, upstream)
-
-                def backward_run(q, names, xs, size):
-                    extras = with_constant(xs[2:])
-                    d_q, d_k, d_v = backward(
-                        q, *xs[:2], extras, names, size, out, stats, d_out
-                    )
-                    return d_q, unblock(d_k), unblock(d_v)
-
-                return _switch(choice, branches(backward_run, q, k, v))
-
-            return out, grad
-
-        output = attend(q, key, value)
+        output, _ = forward(q, k_blocks, v_blocks, extras)
     output = _merge_heads(ops.transpose(output, (0, 3, 1, 2, 4)), 2)
-    return ops.cast(output, dtype)
-
-
-def _switch(index, branches):
-    """`branches[index]()`, as `keras.ops.switch`, in nested `ops.cond`s:
-    tf2onnx (behind `model.export(format="onnx")`) converts a `tf.cond` (an
-    ONNX `If`), not the `tf.switch_case` of `ops.switch` ("No Op registered
-    for _SwitchN"). Inside the branches tf2onnx knows no captured tensor's
-    rank, so the paths slice without an ellipsis there (`x[..., :1]`: "requires
-    the shape of input")."""
-    if len(branches) == 1:
-        return branches[0]()
-    return ops.cond(
-        ops.equal(index, 0),
-        branches[0],
-        lambda: _switch(ops.subtract(index, 1), branches[1:]),
-    )
+    return ops.cast(output, value.dtype)
 
 
 def _with_axes(x, axes: tuple):
@@ -1028,11 +934,8 @@ class AttentionPlan:
 
     Attributes:
         path: `"plain"` (the full weight matrix), `"fused"` (the backend's
-            fused kernel, `keras.ops.dot_product_attention`), `"chunked"`
-            (blocks of keys, linear memory) or `"run-time"` (a TensorFlow
-            graph of unknown length: rule 5 of `plan_attention`, applied
-            when the graph runs, computes all the keys in one block where
-            the full weight matrices fit the budget, else in blocks).
+            fused kernel, `keras.ops.dot_product_attention`) or `"chunked"`
+            (blocks of keys, linear memory).
         chunk_size: The number of keys per block on the chunked path; `None`
             on the others.
         footprint: The predicted training memory of the plain (or fused)
@@ -1163,18 +1066,13 @@ def plan_attention(
        without one: TensorFlow; `return_scores`; `value_dim != dim`).
     2. The plain path where only the full matrix will do:
        `return_scores=True` (it returns that matrix). With an unknown
-       (`None`, as in a graph traced for any length) `q_len` or `k_len`
-       on TensorFlow (Keras's TensorFlow `fit`, `evaluate` and `predict`
-       trace for any length from the second length they meet on), except
-       with dropout in training (rule 4): with an explicit `chunk_size`,
-       the chunked path, its loop counting the blocks at run time;
-       without one, the `"run-time"` plan, rule 5 applied to the lengths
-       when the graph runs (one block of all the keys where the footprint
-       fits the budget, which is the plain path's memory, else the blocks
-       that rule 5 would choose). With an unknown length elsewhere (JAX's
-       symbolic lengths in `jax.export`), the plain path, or the fused
-       kernel where it may be used (as in rule 5). The same where nothing
-       can be cut into blocks: an empty `q_len` or `k_len`.
+       (`None`, as in a graph traced for any length) `q_len` or `k_len`:
+       on TensorFlow with an explicit `chunk_size`, the chunked path (its
+       loop counts the blocks at run time; Keras's TensorFlow `fit`
+       traces for any length from the second length it meets on);
+       otherwise the plain path, or the fused kernel where it may be used
+       (as in rule 5). The same where nothing can be cut into blocks: an
+       empty `q_len` or `k_len`.
     3. An explicit `chunk_size`: the chunked path with that block size (also
        where a fused kernel exists; dropout in training with it is an error),
        except where the key length is a traced value (neither a number nor
@@ -1251,10 +1149,8 @@ def plan_attention(
     if return_scores:
         return AttentionPlan("plain")
     unknown = q_len is None or k_len is None
-    if unknown and backend == "tensorflow" and dropout == 0.0:
-        if chunk_size is not None:
-            return AttentionPlan("chunked", chunk_size)
-        return AttentionPlan("run-time")
+    if unknown and chunk_size is not None and backend == "tensorflow":
+        return AttentionPlan("chunked", chunk_size)
     if unknown or q_len == 0 or k_len == 0:
         return AttentionPlan(path)
     if chunk_size is not None:
@@ -1268,43 +1164,14 @@ def plan_attention(
     )
     rows = (batch or 1) * heads * q_len
     footprint = rows * k_len * per_element
-    choice = _budget_choice(rows, k_len, per_element, memory_budget)
-    traced = not isinstance(k_len, numbers.Number)
-    if choice == 0 or (traced and k_len <= CHUNK_SIZES[choice - 1]):
+    if footprint <= memory_budget:
         return AttentionPlan(path, footprint=footprint)
-    return AttentionPlan("chunked", CHUNK_SIZES[choice - 1], footprint)
-
-
-def _budget_choice(rows, k_len, per_element: int, budget: int, select=None, least=min):
-    """Rule 5 of `plan_attention`: 0 where the full weight matrices,
-    `rows * k_len * per_element` bytes, fit `budget`; else `i + 1` for the
-    block size `CHUNK_SIZES[i]`, the first (fastest) whose blocks fit (the
-    last if none do). On Python numbers; or, with `select` (`ops.where`)
-    and `least` (`ops.minimum`), on tensors, when a graph runs."""
-    fits = [rows * k_len * per_element <= budget]
-    fits += [
-        rows * least(size, k_len) * CHUNK_BYTES_PER_ELEMENT <= budget
-        for size in CHUNK_SIZES[:-1]
-    ]
-    select = select or (lambda fits, then, otherwise: then if fits else otherwise)
-    choice = len(CHUNK_SIZES)
-    for i in reversed(range(len(fits))):
-        choice = select(fits[i], i, choice)
-    return choice
-
-
-def _run_time_choice(query, key):
-    """Rule 5 of `plan_attention` on the lengths a graph runs with (the
-    `"run-time"` plan): an int32 scalar tensor, the index into
-    `(None, *CHUNK_SIZES)`, `None` for one block of all the keys."""
-    batch, q_len = (ops.cast(n, "int64") for n in ops.shape(query)[:2])
-    k_len = ops.cast(ops.shape(key)[1], "int64")
-    rows = batch * query.shape[2] * q_len
-    per_element = TRAINING_BYTES_PER_ELEMENT[keras.backend.backend()]["plain"]
-    choice = _budget_choice(
-        rows, k_len, per_element, memory_budget(), select=ops.where, least=ops.minimum
-    )
-    return ops.cast(choice, "int32")
+    for size in CHUNK_SIZES:
+        if rows * min(size, k_len) * CHUNK_BYTES_PER_ELEMENT <= memory_budget:
+            break
+    if not isinstance(k_len, numbers.Number) and k_len <= size:
+        return AttentionPlan(path, footprint=footprint)  # a traced length
+    return AttentionPlan("chunked", size, footprint)
 
 
 # The backends Keras 3 runs on (`keras.backend.backend()`).
@@ -1470,11 +1337,10 @@ def scaled_dot_product_attention(
     1e-5). In a
     TensorFlow graph traced for any length (Keras's `fit`, `evaluate` and
     `predict` trace one from the second length they meet on) an explicit
-    `chunk_size` keeps it, its loop counting the blocks at run time, and
-    the automatic choice is made when the graph runs, on the lengths it
-    runs with (the `"run-time"` plan); where JAX traces a symbolic length
-    (`jax.export`) the plain path runs, with a `UserWarning` for an
-    explicit `chunk_size`. The fused
+    `chunk_size` keeps it, its loop counting the blocks at run time; the
+    automatic choice needs the lengths (rule 5 of `plan_attention`), and
+    where JAX traces a symbolic length (`jax.export`) the plain path runs,
+    with a `UserWarning` for an explicit `chunk_size`. The fused
     path is the backend's `keras.ops.dot_product_attention` (JAX, PyTorch).
     Which one a call takes is decided by `plan_attention`, whose docstring
     states the rules, against the memory budget (`memory_budget`,
@@ -1626,24 +1492,21 @@ def scaled_dot_product_attention(
         real = _with_axes(seen, (2, 3))
         key, value = (ops.where(real, t, ops.zeros((), t.dtype)) for t in (key, value))
 
-    def run(path, chunk_size=None):
-        """The output and the weights (or None) of one path."""
-        if path in ("chunked", "run-time"):
-            run_time = path == "run-time"
-            output = _chunked_attention(
-                query,
-                key,
-                value,
-                mask=mask,
-                padding_mask=padding_mask,
-                scale=scale,
-                causal=causal,
-                sliding_window=sliding_window,
-                chunk_size=(None, *CHUNK_SIZES) if run_time else chunk_size,
-                query_offset=query_offset,
-                choice=_run_time_choice(query, key) if run_time else None,
-            )
-            return output, None
+    scores = None
+    if plan.path == "chunked":
+        output = _chunked_attention(
+            query,
+            key,
+            value,
+            mask=mask,
+            padding_mask=padding_mask,
+            scale=scale,
+            causal=causal,
+            sliding_window=sliding_window,
+            chunk_size=plan.chunk_size,
+            query_offset=query_offset,
+        )
+    else:
         positional = positional_mask(
             ops.shape(query)[1],
             ops.shape(key)[1],
@@ -1651,15 +1514,27 @@ def scaled_dot_product_attention(
             sliding_window,
             query_offset,
         )
-        allowed = mask
         if positional is not None:
-            allowed = positional if mask is None else ops.logical_and(mask, positional)
-        if path == "plain":
-            return _plain_attention(
+            mask = positional if mask is None else ops.logical_and(mask, positional)
+        if plan.path == "fused":
+            if padding_mask is not None:
+                keys = _with_axes(padding_mask, (1, 2))
+                mask = keys if mask is None else ops.logical_and(mask, keys)
+            output = _backend.fused_attention(
+                query, key, value, mask, scale, flash_attention
+            )
+            if mask is not None:
+                # Fused kernels average uniformly over a fully-masked row;
+                # the package's rule is zeros.
+                output = ops.where(
+                    _query_has_key(mask), output, ops.zeros((), output.dtype)
+                )
+        else:
+            output, scores = _plain_attention(
                 query,
                 key,
                 value,
-                mask=allowed,
+                mask=mask,
                 padding_mask=padding_mask,
                 scale=scale,
                 dropout=dropout,
@@ -1667,39 +1542,6 @@ def scaled_dot_product_attention(
                 seed=seed,
                 return_scores=return_scores,
             )
-        if padding_mask is not None:
-            keys = _with_axes(padding_mask, (1, 2))
-            allowed = keys if allowed is None else ops.logical_and(allowed, keys)
-        output = _backend.fused_attention(
-            query, key, value, allowed, scale, flash_attention
-        )
-        if allowed is not None:
-            # Fused kernels average uniformly over a fully-masked row; the
-            # package's rule is zeros.
-            output = ops.where(
-                _query_has_key(allowed), output, ops.zeros((), output.dtype)
-            )
-        return output, None
-
-    if plan.path == "run-time" and training:
-        # Training takes the gradient through the choice, a
-        # `tf.switch_case`: XLA compiles the branch the lengths choose alone,
-        # and the plain path keeps its weights for the backward pass, where
-        # the "run-time" path's custom gradient recomputes them. One
-        # training step at n = 128 / 512 / 1024 over Keras's
-        # (`benchmarks/any_length.py`, 2026-12-08, 2-core AMD EPYC;
-        # docs/performance.md, "Any length"): 0.95 / 0.93 / 0.91x in a plain
-        # graph, 0.76 / 0.88 / 0.83x under XLA; with the custom gradient,
-        # in earlier runs that day, 1.03 / 1.14 / 1.08x and 1.18 / 1.11 /
-        # 1.39x.
-        def branch(size):
-            return lambda: run("plain" if size is None else "chunked", size)[0]
-
-        choice = _run_time_choice(query, key)
-        sizes = (None, *CHUNK_SIZES)
-        output, scores = ops.switch(choice, [branch(s) for s in sizes]), None
-    else:
-        output, scores = run(plan.path, plan.chunk_size)
 
     if squeezed:
         output = ops.squeeze(output, 2)

@@ -394,42 +394,6 @@ def test_tf_function_static_and_unknown_lengths(rng, chunked_calls, jit_compile)
         np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=ATOL)
 
 
-def _check_in_a_graph_of_unknown_lengths(rng, q_len, k_len, options, jit=False, **call):
-    """The kernel with `options` and `call` in a TensorFlow graph traced for
-    any length (grouped heads, 3 on 1; a mask with fully-masked rows and a
-    padding mask), differentiated there: its output and gradients equal the
-    plain path's, called eagerly with `options`."""
-    import tensorflow as tf
-
-    q, _, _ = _qkv(rng, q_len=q_len, k_len=k_len)
-    _, k, v = _qkv(rng, q_len=q_len, k_len=k_len, heads=1)  # grouped: 3 on 1
-    mask = _mask(rng, "full", 2, q_len, k_len, 3)
-    padding = np.ones((2, k_len), bool)
-    padding[1, k_len // 2 :] = False
-    upstream = rng.normal(size=(2, q_len, 3, 8)).astype("float32")
-    want, want_grads = output_and_grads(
-        lambda q, k, v: sdpa(
-            q, k, v, mask, padding_mask=padding, return_scores=True, **options
-        )[0],
-        (q, k, v),
-        upstream,
-    )
-    specs = [tf.TensorSpec((None, None, heads, 8)) for heads in (3, 1, 1)]
-
-    @tf.function(input_signature=specs, jit_compile=jit)
-    def step(q, k, v):
-        with tf.GradientTape() as tape:
-            tape.watch([q, k, v])
-            out = sdpa(q, k, v, mask, padding_mask=padding, **options, **call)
-            loss = tf.reduce_sum(out * upstream)
-        return out, tape.gradient(loss, [q, k, v])
-
-    out, grads = step(*map(tf.constant, (q, k, v)))
-    np.testing.assert_allclose(to_numpy(out), want, atol=ATOL)
-    for got, expected in zip(grads, want_grads, strict=True):
-        np.testing.assert_allclose(to_numpy(got), expected, atol=ATOL)
-
-
 _UNKNOWN_LENGTHS = {
     # (q_len, k_len): a last block that is full, padded, and a single block.
     "full-blocks": (10, 10),
@@ -446,10 +410,38 @@ def test_tf_graph_of_unknown_lengths_keeps_the_chunked_path(
     # Keras's TensorFlow `fit`, `evaluate` and `predict` retrace for any
     # length from the second length they meet on (`reduce_retracing`): with
     # the plain path there, a `chunk_size` layer's memory was quadratic.
+    import tensorflow as tf
+
     q_len, k_len = _UNKNOWN_LENGTHS[lengths]
+    q, _, _ = _qkv(rng, q_len=q_len, k_len=k_len)
+    _, k, v = _qkv(rng, q_len=q_len, k_len=k_len, heads=1)  # grouped: 3 on 1
+    mask = _mask(rng, "full", 2, q_len, k_len, 3)
+    padding = np.ones((2, k_len), bool)
+    padding[1, k_len // 2 :] = False
     options = dict(causal=True, sliding_window=4)
-    _check_in_a_graph_of_unknown_lengths(rng, q_len, k_len, options, chunk_size=4)
+    upstream = rng.normal(size=(2, q_len, 3, 8)).astype("float32")
+    want, want_grads = output_and_grads(
+        lambda q, k, v: sdpa(
+            q, k, v, mask, padding_mask=padding, flash_attention=False, **options
+        ),
+        (q, k, v),
+        upstream,
+    )
+    specs = [tf.TensorSpec((None, None, heads, 8)) for heads in (3, 1, 1)]
+
+    @tf.function(input_signature=specs)
+    def chunked(q, k, v):
+        with tf.GradientTape() as tape:
+            tape.watch([q, k, v])
+            out = sdpa(q, k, v, mask, padding_mask=padding, chunk_size=4, **options)
+            loss = tf.reduce_sum(out * upstream)
+        return out, tape.gradient(loss, [q, k, v])
+
+    out, grads = chunked(*map(tf.constant, (q, k, v)))
     assert chunked_calls == [4]
+    np.testing.assert_allclose(to_numpy(out), want, atol=ATOL)
+    for got, expected in zip(grads, want_grads, strict=True):
+        np.testing.assert_allclose(to_numpy(got), expected, atol=ATOL)
 
 
 @pytest.mark.tensorflow_only
@@ -471,106 +463,6 @@ def test_keras_fit_at_a_second_length_keeps_the_chunked_path(rng, chunked_calls)
     # reuses the loop's blocks); never the plain path.
     assert chunked_calls and set(chunked_calls) == {4}
     assert len(chunked_calls) == 2
-
-
-# The run-time plan (no chunk_size, a TensorFlow graph of any length): the
-# budget, and the index into (None, *CHUNK_SIZES) that rule 5 gives for a
-# (batch 2, 3 heads, 600 x 600) call at such budgets (rows = 3,600).
-_ROWS, _KEYS = 2 * 3 * 600, 600
-_RUN_TIME_BUDGETS = {
-    "fits-one-block": (_ROWS * _KEYS * 13, 0),
-    "one-byte-short-fastest-blocks": (_ROWS * _KEYS * 13 - 1, 1),
-    "fastest-blocks-too-big": (_ROWS * 512 * 8 - 1, 2),
-    "nothing-fits-smallest-blocks": (1, 3),
-}
-
-
-@pytest.mark.tensorflow_only
-@pytest.mark.parametrize("budget", list(_RUN_TIME_BUDGETS), ids=list(_RUN_TIME_BUDGETS))
-def test_run_time_choice_is_the_plans_rule_at_the_lengths_it_runs_with(
-    rng, memory_budget, budget
-):
-    import tensorflow as tf
-
-    from keras_selfattn import plan_attention
-
-    bytes_, want = _RUN_TIME_BUDGETS[budget]
-    memory_budget(bytes_)
-    plan = plan_attention(
-        batch=2, heads=3, q_len=600, k_len=600, dim=8, value_dim=8,
-        backend="tensorflow", memory_budget=bytes_,
-    )  # fmt: skip
-    sizes = (None, *attention_module.CHUNK_SIZES)
-    assert sizes[want] == plan.chunk_size  # the static rule agrees
-    spec = tf.TensorSpec((None, None, 3, 8))
-    choice = tf.function(attention_module._run_time_choice, input_signature=[spec] * 2)
-    q = tf.zeros((2, 600, 3, 8))
-    assert int(choice(q, q)) == want
-    # The same graph at other lengths: one block where they fit.
-    assert int(choice(q[:, :10], q[:, :10])) == (0 if bytes_ > 10**4 else want)
-
-
-_RUN_TIME_PATHS = {
-    # budget, (q_len, k_len): one block of all the keys; blocks of the
-    # smallest size, the last one padded (300 = 2 x 128 + 44).
-    "one-block": (10**15, (200, 300)),
-    "padded-blocks": (1, (200, 300)),
-    "one-key": (1, (5, 1)),
-}
-
-
-@pytest.mark.tensorflow_only
-@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
-@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
-@pytest.mark.parametrize("path", list(_RUN_TIME_PATHS), ids=list(_RUN_TIME_PATHS))
-def test_run_time_plan_equals_the_plain_path(
-    rng, memory_budget, chunked_calls, path, jit, training
-):
-    # Keras compiles its TensorFlow step with XLA where a GPU is present.
-    # Training takes the gradient through a `tf.switch_case` of the paths,
-    # of which XLA compiles the chosen one alone; otherwise (what exporters
-    # convert, and gradients with training=False) a `tf.cond` whose custom
-    # gradient holds the choice: XLA compiles both branches of a `tf.cond`,
-    # and a gradient through one fails there (its branches' intermediates
-    # differ in shape).
-    budget, (q_len, k_len) = _RUN_TIME_PATHS[path]
-    offset = max(k_len - q_len, 0)
-    options = dict(causal=True, sliding_window=150, query_offset=offset)
-    memory_budget(budget)
-    _check_in_a_graph_of_unknown_lengths(
-        rng, q_len, k_len, options, jit=jit, training=training
-    )
-    sizes = attention_module.CHUNK_SIZES
-    assert chunked_calls == (list(sizes) if training else [(None, *sizes)])
-
-
-@pytest.mark.tensorflow_only
-@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
-def test_keras_fit_at_a_second_length_chooses_at_run_time(rng, chunked_calls, jit):
-    # Without a chunk_size: the budget's rule on the lengths the graph runs
-    # with (until 2026-12-08 the plain path, whatever the length). Compiled
-    # as Keras compiles on a CPU (a plain graph) or where a GPU is present
-    # (XLA), it learns as eagerly, where each call has its lengths.
-    def model(compiled):
-        keras.utils.set_random_seed(3)
-        ids = keras.Input((None,), dtype="int32")
-        x = keras.layers.Embedding(50, 16, mask_zero=True)(ids)
-        x = SelfAttention(16, num_heads=2, causal=True)(x)
-        model = keras.Model(ids, keras.layers.GlobalAveragePooling1D()(x))
-        model.compile("sgd", "mse", run_eagerly=not compiled, jit_compile=jit)
-        return model
-
-    data = [rng.integers(0, 50, (4, length)) for length in (16, 24, 32)]
-    target = rng.normal(size=(4, 16)).astype("float32")
-    trained = {}
-    for compiled in (True, False):
-        trained[compiled] = model(compiled)
-        for ids in data:
-            trained[compiled].fit(ids, target, verbose=0)
-    # Traced once for any length: the plain path and each block size.
-    assert chunked_calls == list(attention_module.CHUNK_SIZES)
-    for got, want in zip(trained[True].weights, trained[False].weights, strict=True):
-        np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)
 
 
 @pytest.mark.tensorflow_only
@@ -605,13 +497,12 @@ _MEMORY_SCRIPT = textwrap.dedent(
     chunk_size = None if sys.argv[1] == "none" else int(sys.argv[1])
     length = int(sys.argv[2])
     any_length = sys.argv[3] == "any-length"  # a TensorFlow graph of any length
-    # "none" means the plain path, or, in a graph of any length, the budget's
-    # choice when it runs: unlimited (one block of all keys) unless given.
-    attention.set_memory_budget(int(sys.argv[4]) if len(sys.argv) > 4 else 10**15)
+    # "none" means the plain path.
+    attention.set_memory_budget(10**15)
 
-    def fn(q, k, v):  # training: the run-time choice as `fit` makes it
+    def fn(q, k, v):
         return attention.scaled_dot_product_attention(
-            q, k, v, chunk_size=chunk_size, flash_attention=False, training=True
+            q, k, v, chunk_size=chunk_size, flash_attention=False
         )
 
     if any_length:
@@ -650,10 +541,9 @@ _MEMORY_SCRIPT = textwrap.dedent(
 )
 
 
-def _peak_kib(chunk_size, length, env, lengths="one-length", *budget):
-    arguments = [str(chunk_size), str(length), lengths, *map(str, budget)]
+def _peak_kib(chunk_size, length, env, lengths="one-length"):
     result = subprocess.run(
-        [sys.executable, "-c", _MEMORY_SCRIPT, *arguments],
+        [sys.executable, "-c", _MEMORY_SCRIPT, str(chunk_size), str(length), lengths],
         capture_output=True,
         text=True,
         env=env,
@@ -684,20 +574,6 @@ def test_training_memory_stays_low_in_a_graph_of_any_length(subprocess_env):
     matrix_kib = 8 * length * length * 4 // 1024
     chunked = _peak_kib(256, length, subprocess_env, "any-length")
     assert chunked < matrix_kib // 2, (chunked, matrix_kib)
-
-
-@pytest.mark.slow
-@pytest.mark.tensorflow_only
-def test_the_run_time_choice_keeps_training_memory_within_the_budget(subprocess_env):
-    # Without a chunk_size, in a graph of any length, trained: the plain path
-    # ran there until 2026-12-08, whatever the budget (2,717 MiB on
-    # 2026-12-07). On 2026-12-08: 91 MiB with a budget of one byte (blocks
-    # of 128 keys), 232 MiB with 64 MiB (blocks of 256), 1,632 MiB with an
-    # unlimited one (the plain path, switched to at run time).
-    length = 4096
-    matrix_kib = 8 * length * length * 4 // 1024
-    chosen = _peak_kib("none", length, subprocess_env, "any-length", 1)
-    assert chosen < matrix_kib // 2, (chosen, matrix_kib)
 
 
 # ---------------------------------------------- no (q_len, k_len) from padding

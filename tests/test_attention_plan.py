@@ -71,31 +71,11 @@ CASES = {
         _TF // 2 - 1,
         ("chunked", _FASTEST),
     ),
-    # A TensorFlow graph of any length applies the budget's rule when it
-    # runs (until 2026-12-08: the plain path, with quadratic memory).
-    "unknown-length-tensorflow-run-time": (
-        dict(k_len=None),
-        "tensorflow",
-        1,
-        ("run-time", None),
-    ),
-    "unknown-length-no-flash-tensorflow-run-time": (
-        dict(q_len=None, flash_attention=False),
-        "tensorflow",
-        16 * GIB,
-        ("run-time", None),
-    ),
-    "unknown-length-numpy-plain": (dict(k_len=None), "numpy", 1, ("plain", None)),
+    "unknown-length-plain": (dict(k_len=None), "tensorflow", 1, ("plain", None)),
     "unknown-length-fused": (dict(q_len=None), "jax", 1, ("fused", None)),
     "unknown-length-dropout-plain": (
         dict(q_len=None, dropout=0.1),
         "torch",
-        1,
-        ("plain", None),
-    ),
-    "unknown-length-dropout-tensorflow-plain": (
-        dict(q_len=None, dropout=0.1),
-        "tensorflow",
         1,
         ("plain", None),
     ),
@@ -161,8 +141,9 @@ CASES = {
         16 * GIB,
         ("chunked", 64),
     ),
-    # Without a chunk_size, over the budget: the same (the ONNX file of a
-    # small memory budget computed no other length, 2026-12-08).
+    # Without a chunk_size, over the budget: the same (PyTorch's ONNX file
+    # of a model exported with a small memory budget computed no other
+    # length, 2026-12-08).
     "traced-length-in-one-block-over-budget-fused": (
         dict(q_len=np.array(1), k_len=np.array(1)),
         "torch",

@@ -36,7 +36,6 @@ from keras_selfattn import (
     TransformerDecoder,
     TransformerEncoder,
 )
-from keras_selfattn import attention as attention_module
 from keras_selfattn.layers.grouped_query_attention import (
     KERAS_NEEDED as GQA_KERAS_NEEDED,
 )
@@ -313,62 +312,20 @@ def test_token_ids_of_an_unknown_length_export(tmp_path, export_format):
     if release(keras.__version__) >= release(GQA_KERAS_NEEDED):
         outputs.append(GroupQueryAttention(4, 4, 2)(x, x))
     model = keras.Model(ids, outputs)
-    feeds = _padded_ids(5, (1, 5, 16))
-    expected = [[keras.ops.convert_to_numpy(y) for y in model(f)] for f in feeds]
-    path = _exported(model, tmp_path / "ids", export_format)
-    _assert_computes(export_format, path, feeds, expected)
-
-
-def _padded_ids(seed: int, lengths) -> list:
-    """Token ids, (2, length) for each length, the second sequence padded."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(5)
     feeds = []
-    for length in lengths:
+    for length in (1, 5, 16):
         feed = rng.integers(1, VOCAB, size=(2, length)).astype("int32")
         feed[1, length // 2 + 1 :] = 0  # padding in the second sequence
         feeds.append(feed)
-    return feeds
-
-
-def _assert_computes(export_format, path, feeds, expected):
-    """The exported file at `path`, fed each of `feeds` as "ids", gives the
-    outputs of `expected` (one list of outputs per feed)."""
+    expected = [[keras.ops.convert_to_numpy(y) for y in model(f)] for f in feeds]
+    path = _exported(model, tmp_path / "ids", export_format)
     for feed, want in zip(feeds, expected, strict=True):
         got = _run_exported(export_format, path, {"ids": feed})
         assert len(got) == len(want)
         for i, (output, w) in enumerate(zip(got, want, strict=True)):
             where = f"output {i}, length {feed.shape[1]}"
             np.testing.assert_allclose(output, w, atol=1e-5, rtol=0, err_msg=where)
-
-
-@every_format
-def test_the_choice_at_run_time_exports(
-    tmp_path, export_format, memory_budget, chunked_calls
-):
-    # From TensorFlow, without a `chunk_size`, the kernel chooses its path
-    # when the file runs, on the lengths of each call (since 2026-12-08; the
-    # plain path before): a `tf.cond`, which tf2onnx writes as an ONNX `If`
-    # (it converts no `tf.switch_case`). With a budget of one byte the file
-    # takes blocks of 128 keys at every length (two, the last one padded, at
-    # 200); the model, called here with the budget unlimited, the plain path.
-    # (JAX's and PyTorch's exporters trace a symbolic length, or one: the
-    # plain or fused path, the same numbers.)
-    ids = keras.Input((None,), dtype="int32", name="ids")
-    x = TokenAndPositionEmbedding(VOCAB, 256, WIDTH)(ids)  # masks id 0
-    outputs = [
-        SelfAttention(WIDTH, num_heads=2, causal=True)(x),
-        MultiHeadAttention(2, 4, flash_attention=False)(x, x),
-    ]
-    model = keras.Model(ids, outputs)
-    feeds = _padded_ids(7, (1, 5, 200))
-    memory_budget(10**15)
-    expected = [[keras.ops.convert_to_numpy(y) for y in model(f)] for f in feeds]
-    memory_budget(1)
-    path = _exported(model, tmp_path / "run_time", export_format)
-    if BACKEND == "tensorflow":  # both layers exported the choice
-        sizes = (None, *attention_module.CHUNK_SIZES)
-        assert chunked_calls.count(sizes) >= 2, chunked_calls
-    _assert_computes(export_format, path, feeds, expected)
 
 
 @pytest.fixture(scope="module")
